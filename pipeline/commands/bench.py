@@ -1,0 +1,18 @@
+"""``babelstream bench ...``: benchmarks that print JSON."""
+
+from __future__ import annotations
+
+from pipeline.cli import LazyGroup
+
+import click
+
+BENCHES: dict[str, str] = {
+    "engine": "pipeline.commands.bench_engine:engine",
+    "e2e": "pipeline.commands.bench_pipeline:e2e",
+    "naive": "pipeline.commands.bench_pipeline:naive",
+}
+
+
+@click.group(cls=LazyGroup, lazy=BENCHES)
+def bench() -> None:
+    """Benchmarks; each prints one JSON document."""
