@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "worker": "pipeline.commands.worker:worker",
     "models": "pipeline.commands.models:models",
     "bench": "pipeline.commands.bench:bench",
+    "schemas": "pipeline.commands.schemas:schemas",
 }
 
 

@@ -1,0 +1,33 @@
+"""``babelstream schemas export``: write the JSON Schema files of the wire contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipeline.messages import MESSAGE_TYPES, SCHEMA_VERSION, dump_schema
+from pipeline.settings import PROJECT_ROOT
+
+
+def schema_path(directory: Path, name: str) -> Path:
+    return directory / f"{name}.v{SCHEMA_VERSION}.schema.json"
+
+
+@click.group()
+def schemas() -> None:
+    """The language-neutral wire contract (JSON Schema)."""
+
+
+@schemas.command("export")
+@click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=PROJECT_ROOT / "schemas",
+    show_default=True,
+)
+def export(directory: Path) -> None:
+    """Write one JSON Schema file per message type."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for model in MESSAGE_TYPES:
+        path = schema_path(directory, model.schema_name)
+        path.write_text(dump_schema(model), encoding="utf-8")
+        click.echo(path)

@@ -1,0 +1,39 @@
+"""Content digests for partitioning, de-duplication and cache keys.
+
+The digest covers every input that can change a translation: model, both
+languages, tenant, domain and the *full* NFC-normalized text. Fields are
+length-prefixed so no two different field tuples serialize alike; two texts
+that share a prefix never share a digest, and tenants never see each other's
+entries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+
+DIGEST_BYTES = 16  # BLAKE2b-128
+
+
+def normalize_text(text: str) -> str:
+    """NFC only: whitespace is meaningful for faithful document reassembly."""
+    return unicodedata.normalize("NFC", text)
+
+
+def content_digest(
+    *,
+    model_id: str,
+    source_lang: str,
+    target_lang: str,
+    text: str,
+    tenant: str | None = None,
+    domain: str | None = None,
+) -> str:
+    """Hex BLAKE2b-128 digest of everything that determines a translation."""
+    h = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"babelstream-v1")
+    for field in (model_id, source_lang, target_lang, tenant or "", domain or ""):
+        encoded = field.encode()
+        h.update(len(encoded).to_bytes(4, "big"))
+        h.update(encoded)
+    h.update(normalize_text(text).encode())
+    return h.hexdigest()

@@ -1,0 +1,218 @@
+"""Wire contract as Python models.
+
+These models and the JSON Schema files in ``schemas/`` (exported from them
+with ``babelstream schemas export``) accept and reject the same documents;
+``tests/unit/test_contract.py`` runs shared samples through both. Limits that
+depend on deployment settings (UTF-8 byte size of ``text``, metadata size)
+are checked separately in :mod:`pipeline.codec`, after the contract.
+
+All times are epoch milliseconds (UTC).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.pairs import Pair
+
+SCHEMA_VERSION = 1
+
+# End of input in every engine: Python's `$` also matches before a trailing
+# newline, ECMA-262's (JSON Schema) does not, so spell it as a lookahead.
+_END = r"(?![\s\S])"
+# BCP-47 language tag: language, optional script, optional region, variants.
+# Deliberately a syntax check (the same regex in Python and JSON Schema).
+BCP47_PATTERN = (
+    r"^[A-Za-z]{2,3}(-[A-Za-z]{4})?(-([A-Za-z]{2}|[0-9]{3}))?"
+    r"(-([A-Za-z0-9]{5,8}|[0-9][A-Za-z0-9]{3}))*" + _END
+)
+TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}" + _END
+MAX_TEXT_CHARS = 16 * 1024
+MIN_TIMEOUT_MS = 100
+MAX_TIMEOUT_MS = 3_600_000
+
+LangTag = Annotated[str, Field(pattern=BCP47_PATTERN, max_length=35)]
+Identifier = Annotated[str, Field(min_length=1, max_length=128)]
+ShortLabel = Annotated[str, Field(min_length=1, max_length=64)]
+EpochMs = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=1024)]],
+    Field(max_length=32),
+]
+
+Status = Literal["ok", "timeout", "error"]
+CacheLevel = Literal["miss", "l1", "l2", "window"]
+
+
+def now_ms() -> int:
+    """Current wall-clock time in epoch milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+class _Message(BaseModel):
+    # strict: JSON types must match exactly ("5" is not an integer), as in JSON Schema.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, regex_engine="python-re"
+    )
+    schema_name: ClassVar[str]
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+    def to_json(self) -> bytes:
+        """Compact UTF-8 JSON, omitting unset optional fields."""
+        return self.model_dump_json(exclude_none=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Any:
+        return cls.model_validate_json(data)
+
+
+class TranslationRequest(_Message):
+    """A request to translate one text (or one segment of a bulk document)."""
+
+    schema_name: ClassVar[str] = "translation_request"
+
+    request_id: Identifier
+    source_lang: LangTag
+    target_lang: LangTag
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+    submitted_at: EpochMs
+    timeout_ms: Annotated[int, Field(ge=MIN_TIMEOUT_MS, le=MAX_TIMEOUT_MS)] | None = None
+    domain: ShortLabel | None = None
+    tenant: ShortLabel | None = None
+    job_id: Identifier | None = None
+    doc_id: Identifier | None = None
+    segment_index: Count | None = None
+    reply_to: Annotated[str, Field(pattern=TOPIC_PATTERN)] | None = None
+    metadata: Metadata | None = None
+
+    @property
+    def pair(self) -> Pair:
+        return Pair(self.source_lang, self.target_lang)
+
+    @property
+    def is_bulk(self) -> bool:
+        return self.job_id is not None
+
+    def deadline_ms(self, default_timeout_ms: int) -> int:
+        """Absolute deadline: ``submitted_at + timeout_ms`` (or the default)."""
+        return self.submitted_at + (self.timeout_ms or default_timeout_ms)
+
+
+class TranslationResult(_Message):
+    """Exactly one logical result per accepted request."""
+
+    schema_name: ClassVar[str] = "translation_result"
+
+    request_id: Identifier
+    source_lang: LangTag
+    target_lang: LangTag
+    pair: Annotated[str, Field(min_length=3, max_length=71)]
+    status: Status
+    translation: str | None = None
+    error: str | None = None
+    model: str | None = None
+    cache: CacheLevel | None = None
+    submitted_at: EpochMs
+    started_at: EpochMs | None = None
+    completed_at: EpochMs
+    latency_ms: Count
+    batch_size: Count | None = None
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    worker: str | None = None
+    tenant: ShortLabel | None = None
+    job_id: Identifier | None = None
+    doc_id: Identifier | None = None
+    segment_index: Count | None = None
+
+    @classmethod
+    def for_request(
+        cls, request: TranslationRequest, *, status: Status, completed_at: int | None = None,
+        **fields: Any,
+    ) -> TranslationResult:
+        """A result that carries the request's ids, pair and timing."""
+        done = now_ms() if completed_at is None else completed_at
+        return cls(
+            request_id=request.request_id,
+            source_lang=request.source_lang,
+            target_lang=request.target_lang,
+            pair=request.pair.id,
+            status=status,
+            submitted_at=request.submitted_at,
+            completed_at=done,
+            latency_ms=max(0, done - request.submitted_at),
+            tenant=request.tenant,
+            job_id=request.job_id,
+            doc_id=request.doc_id,
+            segment_index=request.segment_index,
+            **fields,
+        )
+
+
+DeadLetterReason = Literal[
+    "not_utf8", "not_json", "invalid", "limit_exceeded", "unsupported_version"
+]
+Encoding = Literal["utf8", "base64"]
+
+
+class DeadLetter(_Message):
+    """An input we could not accept, with why and the original bytes."""
+
+    schema_name: ClassVar[str] = "dead_letter"
+
+    reason: DeadLetterReason
+    error: str
+    source_topic: str
+    partition: Count
+    offset: Count
+    key: str | None = None
+    key_encoding: Encoding | None = None
+    value: str | None = None
+    value_encoding: Encoding | None = None
+    received_at: EpochMs
+
+
+class SlaWindow(_Message):
+    """Latency and ratio figures of one pair over one event-time window."""
+
+    schema_name: ClassVar[str] = "sla_window"
+
+    pair: Annotated[str, Field(min_length=3, max_length=71)]
+    window_start: EpochMs
+    window_end: EpochMs
+    count: Count
+    p50_ms: Annotated[float, Field(ge=0)]
+    p95_ms: Annotated[float, Field(ge=0)]
+    p99_ms: Annotated[float, Field(ge=0)]
+    timeout_ratio: Ratio
+    error_ratio: Ratio
+    cache_hit_ratio: Ratio
+
+
+MESSAGE_TYPES: tuple[type[_Message], ...] = (
+    TranslationRequest,
+    TranslationResult,
+    DeadLetter,
+    SlaWindow,
+)
+
+
+def json_schema(model: type[_Message]) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) document for one message type."""
+    schema = model.model_json_schema(mode="validation")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": f"https://babelstream.dev/schemas/{model.schema_name}.v{SCHEMA_VERSION}.json",
+        **schema,
+    }
+
+
+def dump_schema(model: type[_Message]) -> str:
+    return json.dumps(json_schema(model), indent=2, ensure_ascii=False) + "\n"
