@@ -46,6 +46,8 @@ Metadata = Annotated[
     Field(max_length=32),
 ]
 
+Headers = list[tuple[str, bytes]]  # Kafka record headers (W3C trace context travels here)
+
 Status = Literal["ok", "timeout", "error"]
 CacheLevel = Literal["miss", "l1", "l2", "window"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.cli import LazyGroup
-
 import click
+
+from pipeline.cli import LazyGroup
 
 BENCHES: dict[str, str] = {
     "engine": "pipeline.commands.bench_engine:engine",

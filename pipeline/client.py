@@ -1,0 +1,195 @@
+"""Producer-side client (kafka-python): submit requests, or translate and wait for results."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from pydantic import ValidationError
+
+from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
+from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """Per-request fields that are not the text itself."""
+
+    timeout_ms: int | None = None
+    tenant: str | None = None
+    domain: str | None = None
+    metadata: dict[str, str] | None = None
+    reply_to: str | None = None
+
+
+@dataclass
+class ReplyBatch:
+    """Results of one ``translate`` call, in request order; ``missing`` timed out client-side."""
+
+    results: dict[str, TranslationResult] = field(default_factory=dict)
+    request_ids: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[str]:
+        return [rid for rid in self.request_ids if rid not in self.results]
+
+    @property
+    def ordered(self) -> list[TranslationResult | None]:
+        return [self.results.get(rid) for rid in self.request_ids]
+
+    @property
+    def all_ok(self) -> bool:
+        return not self.missing and all(r.status == "ok" for r in self.results.values())
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def build_requests(
+    texts: Iterable[str], pair: Pair, options: RequestOptions = RequestOptions()
+) -> list[TranslationRequest]:
+    """One request per text, stamped with ``submitted_at`` now."""
+    submitted = now_ms()
+    return [
+        TranslationRequest(
+            request_id=new_request_id(),
+            source_lang=pair.source,
+            target_lang=pair.target,
+            text=text,
+            submitted_at=submitted,
+            timeout_ms=options.timeout_ms,
+            tenant=options.tenant,
+            domain=options.domain,
+            metadata=options.metadata,
+            reply_to=options.reply_to,
+        )
+        for text in texts
+    ]
+
+
+class TranslationClient:
+    """Publishes :class:`TranslationRequest` s and collects their results.
+
+    Requests are keyed by pair id on ``translate.requests`` (acks=all,
+    idempotent producer with retries), so one pair's requests stay in order.
+    """
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._producer = KafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=f"{settings.client_id}-client",
+            acks="all",
+            retries=10,
+            enable_idempotence=True,
+            linger_ms=5,
+            request_timeout_ms=settings.request_timeout_ms,
+        )
+
+    def __enter__(self) -> TranslationClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._producer.close(timeout=10)
+
+    def submit(
+        self, requests: Sequence[TranslationRequest], headers: Headers | None = None
+    ) -> list[str]:
+        """Publish requests and wait until the broker acknowledged each one."""
+        futures = [
+            self._producer.send(
+                REQUESTS_TOPIC,
+                key=request.pair.id.encode(),
+                value=request.to_json(),
+                headers=headers or [],
+            )
+            for request in requests
+        ]
+        self._producer.flush()
+        for future in futures:
+            future.get(timeout=self._settings.request_timeout_ms / 1000)
+        return [request.request_id for request in requests]
+
+    def translate(
+        self,
+        requests: Sequence[TranslationRequest],
+        timeout_s: float,
+        headers: Headers | None = None,
+    ) -> ReplyBatch:
+        """Submit and wait for one result per request id (first one wins)."""
+        replies = ReplyBatch(request_ids=[r.request_id for r in requests])
+        topics = {r.reply_to or RESULTS_TOPIC for r in requests}
+        with ResultListener(self._settings, topics) as listener:
+            self.submit(requests, headers)
+            listener.collect(replies, timeout_s)
+        return replies
+
+
+class ResultListener:
+    """Reads result topics from their current end (positions fixed before submitting)."""
+
+    def __init__(self, settings: KafkaSettings, topics: Iterable[str]) -> None:
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers,
+            client_id=f"{settings.client_id}-replies",
+            group_id=None,
+            enable_auto_commit=False,
+        )
+        partitions = [
+            TopicPartition(topic, p)
+            for topic in sorted(topics)
+            for p in sorted(self._partitions_of(topic))
+        ]
+        self._consumer.assign(partitions)
+        self._consumer.seek_to_end(*partitions)
+        for tp in partitions:  # resolve the lazy seek now, before anything is sent
+            self._consumer.position(tp)
+
+    def _partitions_of(self, topic: str) -> set[int]:
+        deadline = time.monotonic() + 10
+        while True:
+            partitions = self._consumer.partitions_for_topic(topic)
+            if partitions:
+                return partitions
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic!r} has no partitions (is the stack up?)")
+            time.sleep(0.1)
+
+    def __enter__(self) -> ResultListener:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._consumer.close()
+
+    def collect(self, replies: ReplyBatch, timeout_s: float) -> None:
+        """Poll until every awaited id has a result or the timeout passes."""
+        wanted = set(replies.missing)
+        deadline = time.monotonic() + timeout_s
+        while wanted and time.monotonic() < deadline:
+            batches = self._consumer.poll(timeout_ms=200)
+            for records in batches.values():
+                for record in records:
+                    try:
+                        result = TranslationResult.from_json(record.value)
+                    except ValidationError:
+                        log.warning("skipping malformed result at %s", record.offset)
+                        continue
+                    if result.request_id in wanted:
+                        replies.results[result.request_id] = result
+                        wanted.discard(result.request_id)
