@@ -34,7 +34,9 @@ class Pair:
     def parse(cls, pair_id: str) -> Pair:
         src, sep, tgt = pair_id.partition("_")
         if not sep or not src or not tgt or "_" in tgt:
-            raise ContractError(f"invalid pair id {pair_id!r}: expected '<src>_<tgt>', e.g. 'en_de'")
+            raise ContractError(
+                f"invalid pair id {pair_id!r}: expected '<src>_<tgt>', e.g. 'en_de'"
+            )
         return cls(src, tgt)
 
     def __str__(self) -> str:

@@ -1,0 +1,62 @@
+# Babel Stream — the two commands are `make demo` and `make test`; both set up
+# everything they need on a fresh machine (virtualenv, Python deps, Kafka jars
+# via Maven, Redis from Debian, the local stack).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TRAIN_VENV := .venv-train
+
+.PHONY: install up down status test test-unit test-integration demo lint train-env build-demo bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+up: install
+	$(BIN)/babelstream up
+
+down:
+	@if [ -x $(BIN)/babelstream ]; then $(BIN)/babelstream down; fi
+
+status: install
+	$(BIN)/babelstream status
+
+# Unit tests need no services; integration tests share the one stack `up` starts.
+test: install up
+	$(BIN)/pytest
+
+test-unit: install
+	$(BIN)/pytest -m "not integration"
+
+test-integration: install up
+	$(BIN)/pytest -m integration
+
+demo: install up
+	$(BIN)/python -m pipeline.demo
+
+bench: install up
+	$(BIN)/babelstream bench engine --json
+	$(BIN)/babelstream bench e2e --json
+	$(BIN)/babelstream bench naive --json
+
+lint: install
+	$(BIN)/ruff check .
+
+# Dev-only: PyTorch + transformers to rebuild the bundled demo model.
+train-env:
+	@test -x $(TRAIN_VENV)/bin/python || $(PYTHON) -m venv $(TRAIN_VENV)
+	$(TRAIN_VENV)/bin/pip install -q --upgrade pip
+	$(TRAIN_VENV)/bin/pip install -q -e '.[train]' --no-deps
+	$(TRAIN_VENV)/bin/pip install -q torch transformers sentencepiece==0.2.3 sacrebleu==2.6.0 ctranslate2==4.8.5 tqdm numpy
+
+build-demo: install train-env
+	$(BIN)/babelstream models build-demo
+
+clean: down
+	rm -rf var

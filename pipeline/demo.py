@@ -1,0 +1,70 @@
+"""``make demo``: a worker on the bundled demo model, a sample with repeats, a summary.
+
+Expects the local stack to be up (``babelstream up``); starts one worker,
+translates a sample set twice over (so caches answer the repeats), prints
+each translation and a summary, and stops the worker it started.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import sys
+
+import numpy as np
+
+from pipeline.client import TranslationClient, build_requests
+from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.pairs import Pair
+from pipeline.settings import load_settings
+
+SAMPLES = [
+    "Hello world, 42 times!",
+    "The quick brown fox jumps over the lazy dog.",
+    "Kafka moves the requests; the workers translate them in batches.",
+    "Please send the invoice to Zoë before Friday.",
+    "Queues, caches and deadlines keep latency low.",
+    "Margaret bought 3 kilos of apples in Ljubljana.",
+    "Every accepted request ends as a result.",
+    "Where is the train station?",
+]
+
+
+def main() -> int:
+    settings = load_settings()
+    rng = random.Random(0)
+    texts = SAMPLES + [rng.choice(SAMPLES) for _ in range(24)]
+    log_path = settings.stack.home / "log" / "demo-worker.log"
+    print(f"starting a worker (log: {log_path}) ...", flush=True)
+    with WorkerProcess(settings, log_path=log_path), TranslationClient(settings.kafka) as client:
+        forward = client.translate(build_requests(texts, DEMO_PAIR), timeout_s=120)
+        back_texts = [r.translation or "" for r in forward.ordered[: len(SAMPLES)] if r]
+        back = client.translate(build_requests(back_texts, Pair("en-XA", "en")), timeout_s=120)
+
+    print("\n== en -> en-XA (first pass, then repeats) ==")
+    for text, result in zip(texts, forward.ordered, strict=True):
+        shown = result.translation if result and result.status == "ok" else result
+        cache = result.cache if result else "-"
+        print(f"[{cache:>6}] {text}\n         -> {shown}")
+    print("\n== en-XA -> en (round trip) ==")
+    for text, result in zip(back_texts, back.ordered, strict=True):
+        print(f"{text}\n  -> {result.translation if result else None}")
+
+    results = [r for r in [*forward.ordered, *back.ordered] if r is not None]
+    latencies = np.array([r.latency_ms for r in results], dtype=float)
+    statuses = collections.Counter(r.status for r in results)
+    caches = collections.Counter(r.cache or "-" for r in results)
+    missing = len(forward.missing) + len(back.missing)
+    print("\n== summary ==")
+    print(f"requests: {len(texts) + len(back_texts)}  results: {len(results)}  "
+          f"missing: {missing}")
+    print(f"status: {dict(statuses)}")
+    print(f"answered by: {dict(caches)}  (miss = the model translated it)")
+    if len(latencies):
+        p50, p95 = np.percentile(latencies, [50, 95])
+        print(f"latency: P50 {p50:.0f} ms  P95 {p95:.0f} ms")
+    return 0 if forward.all_ok and back.all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Reading topics from a known position, for integration tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+
+class TopicTail:
+    """Remembers a topic's end offsets now; later reads everything produced after."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                       enable_auto_commit=False)
+        partitions = self._consumer.partitions_for_topic(topic) or set()
+        assert partitions, f"topic {topic} does not exist"
+        self._tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self._consumer.assign(self._tps)
+        self._consumer.seek_to_end(*self._tps)
+        for tp in self._tps:
+            self._consumer.position(tp)
+        self.records: list[ConsumerRecord] = []
+
+    def read_until(
+        self, done: Callable[[list[ConsumerRecord]], bool], timeout_s: float = 120.0
+    ) -> list[ConsumerRecord]:
+        """Poll until ``done(records so far)`` or the timeout; returns all records read."""
+        deadline = time.monotonic() + timeout_s
+        while not done(self.records) and time.monotonic() < deadline:
+            for batch in self._consumer.poll(timeout_ms=250).values():
+                self.records.extend(batch)
+        return self.records
+
+    def drain(self, quiet_s: float = 2.0) -> list[ConsumerRecord]:
+        """Read until nothing new arrives for ``quiet_s`` seconds."""
+        last = time.monotonic()
+        while time.monotonic() - last < quiet_s:
+            batches = self._consumer.poll(timeout_ms=250)
+            for batch in batches.values():
+                self.records.extend(batch)
+                last = time.monotonic()
+        return self.records
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,49 @@
+"""Running counters of one worker process, served as JSON for benchmarks and ops."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipeline.chain import BatchStats
+
+
+@dataclass
+class WorkerStats:
+    """Totals since start: routing outcomes, cache levels, engine batches, padding."""
+
+    routes: Counter[str] = field(default_factory=Counter)
+    cache: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[str] = field(default_factory=Counter)
+    take_sizes: Counter[int] = field(default_factory=Counter)
+    engine_batch_sizes: Counter[int] = field(default_factory=Counter)
+    engine_texts: int = 0
+    padded_tokens_weighted: float = 0.0
+
+    def routed(self, kind: str) -> None:
+        self.routes[kind] += 1
+
+    def record(self, batch: BatchStats) -> None:
+        self.take_sizes[batch.size] += 1
+        self.cache.update(batch.by_cache)
+        self.statuses["timeout"] += batch.timeouts
+        self.statuses["error"] += batch.errors
+        self.statuses["ok"] += sum(batch.by_cache.values())
+        for size in batch.engine_batches:
+            self.engine_batch_sizes[size] += 1
+        self.engine_texts += batch.engine_texts
+        self.padded_tokens_weighted += batch.padding_ratio * batch.engine_texts
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "routes": dict(self.routes),
+            "cache": dict(self.cache),
+            "statuses": dict(self.statuses),
+            "take_sizes": {str(k): v for k, v in sorted(self.take_sizes.items())},
+            "engine_batch_sizes": {str(k): v for k, v in sorted(self.engine_batch_sizes.items())},
+            "engine_texts": self.engine_texts,
+            "padding_ratio": (
+                self.padded_tokens_weighted / self.engine_texts if self.engine_texts else 0.0
+            ),
+        }
