@@ -17,6 +17,7 @@ from pipeline.local_worker import WorkerProcess
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack import manager
 from tests.integration.helpers import TopicTail
 
 pytestmark = pytest.mark.integration
@@ -132,8 +133,6 @@ def test_expired_requests_time_out_without_engine(
 def test_thousand_requests_with_repeats_and_redis_outage(
     settings: Settings, worker: WorkerProcess, stack: object
 ) -> None:
-    from pipeline.stack.manager import StackManager  # the same API as `babelstream up/down`
-
     rng = random.Random(7)
     marker = uuid.uuid4().hex[:8]
     distinct = [f"Sentence {marker} number {i} for the test" for i in range(700)]
@@ -141,16 +140,15 @@ def test_thousand_requests_with_repeats_and_redis_outage(
     rng.shuffle(texts)
     requests = build_requests(texts, EN_XA)
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
-    manager = StackManager(settings)
     with TranslationClient(settings.kafka) as client:
         client.submit(requests[:500])
-        manager.stop_service("redis")
+        manager.down(settings, names=["redis"])
         try:
             client.submit(requests[500:])
             wanted = {r.request_id for r in requests}
             records = results.read_until(lambda rs: wanted <= set(results_by_id(rs)), 300)
         finally:
-            manager.start_service("redis")
+            manager.up(settings)
     by_id = results_by_id(records)
     mine = {rid: rs for rid, rs in by_id.items() if rid in wanted}
     assert set(mine) == wanted

@@ -1,0 +1,108 @@
+"""A ``redis-server`` of our own (not Debian's system service), configured from ``var/``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from pipeline.errors import StackError
+from pipeline.stack.service import Probe, Reporter, Service
+
+HOST = "127.0.0.1"
+INSTALL_HINT = "install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)"
+
+
+def render_redis_conf(port: int, data_dir: Path, config_path: Path) -> str:
+    """Config for a foreground, loopback-only, non-persistent dev Redis."""
+    lines = [
+        f"port {port}",
+        f"bind {HOST}",
+        "protected-mode yes",
+        "daemonize no",
+        "supervised no",
+        'logfile ""',
+        f"dir {data_dir}",
+        'save ""',
+        "appendonly no",
+        "maxmemory 256mb",
+        "maxmemory-policy allkeys-lru",
+        # put our config path into the process title, so `down` can recognise it
+        f'proc-title-template "{{title}} {{listen-addr}} {config_path}"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _apt(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    return subprocess.run(["apt-get", *args], env=env, capture_output=True, text=True, check=False)
+
+
+def ensure_redis_server(report: Reporter) -> str:
+    """Path of ``redis-server``; installs Debian's package when missing and we are root."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise StackError(f"redis-server is not installed; {INSTALL_HINT}")
+    report("redis: redis-server missing, installing Debian's package ...")
+    cached = subprocess.run(["apt-cache", "show", "redis-server"], capture_output=True,
+                            check=False).returncode == 0
+    if not cached:
+        _apt("update")
+    done = _apt("install", "-y", "--no-install-recommends", "redis-server")
+    found = shutil.which("redis-server")
+    if done.returncode != 0 or not found:
+        raise StackError(f"apt-get install redis-server failed:\n{done.stdout[-2000:]}"
+                         f"{done.stderr[-2000:]}")
+    return found
+
+
+class RedisService(Service):
+    """``redis-server var/redis/redis.conf`` in the foreground, tracked by PID file."""
+
+    name = "redis"
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def port(self) -> int:
+        return self.settings.stack.redis_port
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "redis.conf"
+
+    @property
+    def marker(self) -> str:
+        return str(self.config_path)
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.address}/0"
+
+    def prepare(self, report: Reporter) -> None:
+        ensure_redis_server(report)
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(render_redis_conf(self.port, data, self.config_path))
+
+    def command(self) -> list[str]:
+        return [shutil.which("redis-server") or "redis-server", str(self.config_path)]
+
+    def probe(self, pid: int | None) -> Probe:
+        import redis
+
+        client = redis.Redis(host=self.host, port=self.port, socket_timeout=2,
+                             socket_connect_timeout=2)
+        try:
+            client.ping()
+            version = str(client.info("server")["redis_version"])
+        except redis.RedisError as exc:
+            return Probe(False, detail=f"PING {self.address} failed: {exc}")
+        finally:
+            client.close()
+        return Probe(True, version, "PONG")

@@ -1,0 +1,82 @@
+"""Integration fixtures: one real local stack (Kafka KRaft + Redis) per test session.
+
+The ``stack`` fixture calls the same API as ``babelstream up``, so it is a
+no-op when the stack already runs (``make test`` / CI start it first); at the
+end of the session it stops only the services it started itself.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pipeline.settings import load_settings
+from pipeline.stack import manager
+from pipeline.stack.manager import Endpoints
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _report(line: str) -> None:
+    print(f"[stack] {line}", file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Endpoints]:
+    """The running local stack, started if needed (shared by the whole session)."""
+    settings = load_settings()
+    ours_before = {s.name for s in manager.status(settings) if s.pid is not None}
+    manager.up(settings, _report)
+    yield manager.endpoints(settings)
+    started_here = {s.name for s in manager.services(settings)} - ours_before
+    if started_here:
+        manager.down(settings, _report, names=started_here)
+
+
+@pytest.fixture
+def new_topic(stack: Endpoints, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """Factory for a fresh, uniquely named topic (deleted after the test)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers)
+    created: list[str] = []
+
+    def make(partitions: int = 3) -> str:
+        name = re.sub(r"[^A-Za-z0-9._-]", "-",
+                      f"test.{request.node.name[:60]}.{uuid.uuid4().hex[:8]}")
+        admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}},
+                            wait_for_metadata=True)
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        admin.delete_topics(created)
+    admin.close()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Endpoints) -> Iterator[SparkSession]:
+    """A small local Spark session with the Kafka connector jars Maven fetched."""
+    from pyspark.sql import SparkSession
+
+    from pipeline.stack.jars import spark_kafka_jars
+
+    jars = spark_kafka_jars(stack.settings, _report)
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("babelstream-tests")
+        .config("spark.jars", ",".join(str(jar) for jar in jars))
+        .config("spark.driver.memory", "512m")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "1")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()

@@ -1,0 +1,93 @@
+"""Rendering of the stack's config files and the topic list (no services needed)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import ContractError
+from pipeline.settings import KafkaSettings, Settings, StackSettings
+from pipeline.stack.jars import artifact_id
+from pipeline.stack.kafka import cluster_id, render_server_properties
+from pipeline.stack.redis import render_redis_conf
+from pipeline.stack.topics import topic_specs
+
+
+def _props(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def test_server_properties_single_kraft_node() -> None:
+    settings = Settings(stack=StackSettings(kafka_port=19092, kafka_controller_port=19093))
+    props = _props(render_server_properties(settings, Path("/data/kafka")))
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == f"{props['node.id']}@127.0.0.1:19093"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19092"
+    assert props["log.dirs"] == "/data/kafka"
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor"):
+        assert props[key] == "1"
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert props["auto.create.topics.enable"] == "true"
+    assert props["num.partitions"] == "4"
+
+
+def test_cluster_id_is_kafka_uuid_format() -> None:
+    cid = cluster_id()
+    assert len(cid) == 22 and "=" not in cid
+    assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+    assert cluster_id() != cid
+
+
+def test_redis_conf_foreground_loopback_with_marker(tmp_path: Path) -> None:
+    conf = render_redis_conf(16379, tmp_path / "data", tmp_path / "redis.conf")
+    lines = conf.splitlines()
+    assert "port 16379" in lines and "bind 127.0.0.1" in lines
+    assert "daemonize no" in lines
+    assert f"dir {tmp_path / 'data'}" in lines
+    assert any(line.startswith("proc-title-template") and str(tmp_path / "redis.conf") in line
+               for line in lines)
+
+
+def test_topic_specs_cover_the_design() -> None:
+    settings = Settings(
+        kafka=KafkaSettings(ingress_partitions=6, pair_partitions=3),
+        stack=StackSettings(pairs=("en_de", "en_en-XA")),
+    )
+    specs = topic_specs(settings)
+    assert specs == {
+        "translate.requests": 6,
+        "translate.results": settings.kafka.results_partitions,
+        "translate.dlq": settings.kafka.dlq_partitions,
+        "translate.sla": settings.kafka.sla_partitions,
+        "translate.requests.en_de": 3,
+        "translate.bulk.en_de": 3,
+        "translate.requests.en_en-XA": 3,
+        "translate.bulk.en_en-XA": 3,
+    }
+
+
+def test_topic_specs_reject_bad_pair() -> None:
+    with pytest.raises(ContractError):
+        topic_specs(Settings(stack=StackSettings(pairs=("en-de",))))
+
+
+@pytest.mark.parametrize(
+    ("jar", "artifact"),
+    [
+        ("kafka-clients-3.9.1.jar", "kafka-clients"),
+        ("spark-sql-kafka-0-10_2.13-4.1.1.jar", "spark-sql-kafka-0-10_2.13"),
+        ("netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar",
+         "netty-transport-native-epoll"),
+        ("scala-library-2.13.17.jar", "scala-library"),
+        ("HikariCP-2.5.1.jar", "HikariCP"),
+        ("hive-shims-0.23-2.3.10.jar", "hive-shims-0.23"),
+        ("log4j-1.2-api-2.24.3.jar", "log4j-1.2-api"),
+        ("zstd-jni-1.5.7-6.jar", "zstd-jni"),
+        ("kafka_2.13-3.9.1.jar", "kafka_2.13"),
+    ],
+)
+def test_artifact_id_from_jar_name(jar: str, artifact: str) -> None:
+    assert artifact_id(jar) == artifact
