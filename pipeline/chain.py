@@ -165,19 +165,20 @@ class TranslationChain:
         live, expired = split_expired(items, started, self._default_timeout_ms)
         groups = group_by_digest(live)
         outcomes = await self._resolve(groups, stats)
+        done = self._clock()
 
         by_id: dict[int, TranslationResult] = {}
         for item in expired:
             by_id[id(item)] = TranslationResult.for_request(
-                item.request, status="timeout", started_at=started, worker=self._worker,
-                error="deadline passed before translation",
+                item.request, status="timeout", started_at=started, completed_at=done,
+                worker=self._worker, error="deadline passed before translation",
             )
         for digest, group in groups.items():
             outcome = outcomes[digest]
             for position, item in enumerate(group):
                 # Later copies of a digest in the same batch are answered by dedup.
                 cache: CacheLevel = outcome.cache if position == 0 else "window"
-                by_id[id(item)] = self._result(item, outcome, cache, started)
+                by_id[id(item)] = self._result(item, outcome, cache, started, done)
         results = [by_id[id(item)] for item in items]
         for result in results:
             if result.status == "ok" and result.cache:
@@ -187,17 +188,19 @@ class TranslationChain:
         return results, stats
 
     def _result(
-        self, item: WorkItem, outcome: Outcome, cache: CacheLevel, started: int
+        self, item: WorkItem, outcome: Outcome, cache: CacheLevel, started: int, done: int
     ) -> TranslationResult:
         if outcome.value is None:
             return TranslationResult.for_request(
                 item.request, status="error", error=outcome.error, model=self._model_id,
-                started_at=started, worker=self._worker, batch_size=outcome.batch_size,
+                started_at=started, completed_at=done, worker=self._worker,
+                batch_size=outcome.batch_size,
             )
         value = outcome.value
         return TranslationResult.for_request(
             item.request,
             status="ok",
+            completed_at=done,
             translation=value.text,
             model=value.model,
             cache=cache,

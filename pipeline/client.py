@@ -109,12 +109,15 @@ class TranslationClient:
         self._producer.close(timeout=10)
 
     def submit(
-        self, requests: Sequence[TranslationRequest], headers: Headers | None = None
+        self,
+        requests: Sequence[TranslationRequest],
+        headers: Headers | None = None,
+        topic: str = REQUESTS_TOPIC,
     ) -> list[str]:
         """Publish requests and wait until the broker acknowledged each one."""
         futures = [
             self._producer.send(
-                REQUESTS_TOPIC,
+                topic,
                 key=request.pair.id.encode(),
                 value=request.to_json(),
                 headers=headers or [],

@@ -74,6 +74,8 @@ def create_app(
     are the pairs this process translates.
     """
     s = ctx.settings
+    datadir = s.worker.data_dir / app_id
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         app_id,
         broker=[f"kafka://{hp}" for hp in s.kafka.bootstrap_servers.split(",")],
@@ -84,7 +86,7 @@ def create_app(
         topic_replication_factor=1,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
-        datadir=str(s.worker.data_dir / app_id),
+        datadir=str(datadir),
         web_port=s.worker.web_port,
         web_host="127.0.0.1",
         web_enabled=True,

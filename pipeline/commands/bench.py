@@ -10,6 +10,8 @@ BENCHES: dict[str, str] = {
     "engine": "pipeline.commands.bench_engine:engine",
     "e2e": "pipeline.commands.bench_pipeline:e2e",
     "naive": "pipeline.commands.bench_pipeline:naive",
+    "sla": "pipeline.commands.bench_sla:sla",
+    "compare": "pipeline.commands.bench_pipeline:compare",
 }
 
 

@@ -1,0 +1,58 @@
+"""The baseline many teams write first: consume one request, translate it, commit, repeat.
+
+Run as its own process (``python -m pipeline.bench.naive``) by ``babelstream
+bench naive``; same model and engine settings as the workers, no batching,
+no caching, no dedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from pipeline.engine.translator import CTranslate2Translator
+from pipeline.messages import TranslationRequest, TranslationResult, now_ms
+from pipeline.pairs import RESULTS_TOPIC
+from pipeline.settings import load_settings
+
+NAIVE_TOPIC = "translate.bench.naive"
+
+
+def serve(topic: str, group: str, idle_exit_s: float) -> None:
+    settings = load_settings()
+    translator = CTranslate2Translator.from_settings(settings.engine)
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group,
+        enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=1,
+    )
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    last = time.monotonic()
+    while time.monotonic() - last < idle_exit_s:
+        for records in consumer.poll(timeout_ms=200).values():
+            for record in records:
+                last = time.monotonic()
+                request = TranslationRequest.from_json(record.value)
+                started = now_ms()
+                (out,) = translator.translate_batch([request.text], request.pair)
+                result = TranslationResult.for_request(
+                    request, status="ok", translation=out.text, model=translator.model_id,
+                    cache="miss", started_at=started, batch_size=1,
+                    input_tokens=out.input_tokens, output_tokens=out.output_tokens,
+                    worker="naive",
+                )
+                producer.send(RESULTS_TOPIC, key=request.request_id.encode(),
+                              value=result.to_json()).get(timeout=30)
+                consumer.commit()
+    consumer.close()
+    producer.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--topic", default=NAIVE_TOPIC)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--idle-exit", type=float, default=600.0)
+    args = parser.parse_args()
+    serve(args.topic, args.group, args.idle_exit)
