@@ -8,9 +8,33 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TRAIN_VENV := .venv-train
 
-.PHONY: install up down status test test-unit test-integration demo lint train-env build-demo bench clean
+.PHONY: install system-deps vendor up down status test test-unit test-integration demo lint train-env build-demo bench clean
 
-install: $(STAMP)
+install: $(STAMP) system-deps
+
+# Debian's chromium (dashboard browser test) and docker-compose v1 (checks
+# docker-compose.yml without an engine). Installed as root when missing;
+# otherwise those tests skip and say why.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 \
+		|| missing="$$missing docker-compose"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "apt-get install$$missing"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		else \
+			echo "warning: not root or no apt-get; install$$missing for the browser/compose tests"; \
+		fi; \
+	fi
+
+# Chart.js for the dashboard, pinned in package.json / package-lock.json and
+# copied into the package (committed), so nothing comes from a CDN at run time.
+vendor:
+	npm ci --no-audit --no-fund
+	cp node_modules/chart.js/dist/chart.umd.min.js pipeline/dashboard/static/vendor/chart.umd.min.js
+	cp node_modules/chart.js/LICENSE.md pipeline/dashboard/static/vendor/chart.js.LICENSE.md
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

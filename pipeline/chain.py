@@ -10,6 +10,7 @@ and publishes what it returns.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -51,6 +52,10 @@ class BatchStats:
     engine_texts: int = 0
     engine_batches: list[int] = field(default_factory=list)
     padding_ratio: float = 0.0
+    # time inside the engine and the tokens it read / wrote (for tokens/s)
+    engine_seconds: float = 0.0
+    engine_input_tokens: int = 0
+    engine_output_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +115,14 @@ class EngineRunner:
         out: list[Translation | Exception] = [RuntimeError("not translated")] * len(texts)
         for indices in plan.batches:
             stats.engine_batches.append(len(indices))
+            began = time.perf_counter()
             results = await self._translate_narrowing([texts[i] for i in indices], pair)
+            stats.engine_seconds += time.perf_counter() - began
             for i, result in zip(indices, results, strict=True):
                 out[i] = result
+                if not isinstance(result, Exception):
+                    stats.engine_input_tokens += result.input_tokens
+                    stats.engine_output_tokens += result.output_tokens
         stats.engine_texts += len(texts)
         return out
 

@@ -25,6 +25,9 @@ COMMANDS: dict[str, str] = {
     "models": "pipeline.commands.models:models",
     "bench": "pipeline.commands.bench:bench",
     "schemas": "pipeline.commands.schemas:schemas",
+    "bulk": "pipeline.commands.bulk:bulk",
+    "sla": "pipeline.commands.sla:sla",
+    "dashboard": "pipeline.commands.dashboard:dashboard",
 }
 
 
@@ -53,3 +56,7 @@ def main(ctx: click.Context, verbose: int) -> None:
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ctx.obj = load_settings()
+    # Traces: OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, console/file by setting.
+    from pipeline.tracing import setup_tracing
+
+    setup_tracing(ctx.obj.observability)

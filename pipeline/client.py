@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings
+from pipeline.tracing import SPAN_SUBMIT, extract_context, has_trace_context, inject_headers, tracer
 
 log = logging.getLogger(__name__)
 
@@ -114,16 +116,30 @@ class TranslationClient:
         headers: Headers | None = None,
         topic: str = REQUESTS_TOPIC,
     ) -> list[str]:
-        """Publish requests and wait until the broker acknowledged each one."""
-        futures = [
-            self._producer.send(
-                topic,
-                key=request.pair.id.encode(),
-                value=request.to_json(),
-                headers=headers or [],
-            )
-            for request in requests
-        ]
+        """Publish requests and wait until the broker acknowledged each one.
+
+        Each request gets a ``submit`` span (a child of the current span, or of
+        a ``traceparent`` already in ``headers``) whose W3C trace context is
+        injected into the record's headers.
+        """
+        parent = extract_context(headers) if has_trace_context(headers) else None
+        futures = []
+        for request in requests:
+            with tracer().start_as_current_span(
+                SPAN_SUBMIT, context=parent, kind=SpanKind.PRODUCER,
+                attributes={
+                    "messaging.system": "kafka",
+                    "messaging.destination.name": topic,
+                    "babelstream.request_id": request.request_id,
+                    "babelstream.pair": request.pair.id,
+                },
+            ) as span:
+                futures.append(self._producer.send(
+                    topic,
+                    key=request.pair.id.encode(),
+                    value=request.to_json(),
+                    headers=inject_headers(headers, span),
+                ))
         self._producer.flush()
         for future in futures:
             future.get(timeout=self._settings.request_timeout_ms / 1000)

@@ -11,22 +11,38 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import faust
 from faust.types import EventT, StreamT
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
+from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.chain import EngineRunner, TranslationChain, WorkItem
 from pipeline.codec import Accepted, RecordRef, decode_request
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
-from pipeline.messages import Headers
+from pipeline.messages import Headers, TranslationResult
 from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router, request_digest, result_topic
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import Settings
+from pipeline.tracing import (
+    SPAN_BATCH,
+    SPAN_ROUTE,
+    SPAN_TRANSLATE,
+    extract_context,
+    inject_headers,
+    links_for,
+    span_context_of,
+    start_consumer_span,
+    tracer,
+)
 from workers.dedup import FaustDedupWindow
 from workers.stats import WorkerStats
 
@@ -40,6 +56,7 @@ class ServedPair:
     pair: Pair
     model_id: str
     translator: Translator
+    compute_type: str = "unknown"
 
 
 @dataclass
@@ -108,17 +125,34 @@ def create_app(
         async def route(stream: StreamT) -> None:
             async for event in stream.events():
                 msg = event.message
-                out = router.route(
-                    msg.key, msg.value, RecordRef(msg.topic, msg.partition, msg.offset),
-                    _headers(event),
-                )
-                ctx.stats.routed(out.kind)
-                await send(out.topic, out.key, out.value, out.headers)
+                span = start_consumer_span(SPAN_ROUTE, _headers(event), {
+                    "messaging.system": "kafka",
+                    "messaging.source.name": msg.topic,
+                    "messaging.kafka.source.partition": msg.partition,
+                    "messaging.kafka.message.offset": msg.offset,
+                })
+                with trace.use_span(span, end_on_exit=True):
+                    out = router.route(
+                        msg.key, msg.value, RecordRef(msg.topic, msg.partition, msg.offset),
+                        _headers(event),
+                    )
+                    span.set_attribute("babelstream.route", out.kind)
+                    span.set_attribute("messaging.destination.name", out.topic)
+                    ctx.stats.routed(out.kind)
+                    metrics.record_route(out.kind)
+                    # Forward the trace: the next hop is a child of this route span.
+                    await send(out.topic, out.key, out.value, inject_headers(out.headers, span))
 
         app.agent(topic(REQUESTS_TOPIC), name="router", concurrency=s.worker.concurrency)(route)
 
     for entry in served:
         _add_pair_agents(app, ctx, entry, topic, send)
+
+    cache_errors = metrics.CacheErrorTracker()
+
+    @app.timer(interval=s.observability.sample_interval_s)
+    async def sample_metrics() -> None:
+        await _sample_metrics(app, ctx, cache_errors)
 
     @app.page("/babelstream/stats")
     async def stats_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
@@ -149,17 +183,19 @@ def _add_pair_agents(app, ctx, entry, topic, send) -> None:  # type: ignore[no-u
         )
         app.agent(
             topic(topic_name), name=f"translate-{topic_name}", concurrency=1
-        )(_translation_agent(ctx, chain, window, send, entry.model_id))
+        )(_translation_agent(ctx, chain, window, send, entry))
 
 
-def _translation_agent(ctx, chain, window, send, model_id):  # type: ignore[no-untyped-def]
+def _translation_agent(ctx, chain, window, send, entry):  # type: ignore[no-untyped-def]
     s = ctx.settings
+    model_id = entry.model_id
+    pair_id = entry.pair.id
 
     async def translate(stream: StreamT) -> None:
         async for events in stream.take_events(s.worker.max_messages, within=s.worker.max_wait_s):
             items: list[WorkItem] = []
+            item_headers: list[Headers] = []
             by_digest: dict[str, EventT] = {}
-            headers: dict[str, Headers] = {}
             for event in events:
                 msg = event.message
                 ref = RecordRef(msg.topic, msg.partition, msg.offset)
@@ -171,17 +207,107 @@ def _translation_agent(ctx, chain, window, send, model_id):  # type: ignore[no-u
                 request = decoded.request
                 item = WorkItem(request, request_digest(request, model_id))
                 items.append(item)
+                item_headers.append(_headers(event))
                 by_digest.setdefault(item.digest, event)
-                headers[request.request_id] = _headers(event)
             if not items:
                 continue
             window.bind(by_digest)
-            results, stats = await chain.process(items)
+            topic_name = events[0].message.topic
+            # One span per micro-batch, in a trace of its own, linked to every request.
+            batch_span = tracer().start_span(
+                SPAN_BATCH, context=Context(), kind=SpanKind.CONSUMER,
+                links=links_for(span_context_of(h) for h in item_headers),
+                attributes={
+                    "messaging.system": "kafka",
+                    "messaging.source.name": topic_name,
+                    "messaging.batch.message_count": len(items),
+                    "babelstream.pair": pair_id,
+                    "babelstream.model": model_id,
+                    "babelstream.compute_type": entry.compute_type,
+                    "babelstream.batch_size": len(items),
+                },
+            )
+            batch_link = [Link(batch_span.get_span_context())]
+            # One span per request, continuing the request's own trace.
+            spans = [
+                tracer().start_span(
+                    SPAN_TRANSLATE, context=extract_context(h), kind=SpanKind.CONSUMER,
+                    links=batch_link,
+                    attributes={"babelstream.request_id": item.request.request_id},
+                )
+                for item, h in zip(items, item_headers, strict=True)
+            ]
+            began = time.perf_counter()
+            try:
+                with trace.use_span(batch_span, end_on_exit=False):
+                    results, stats = await chain.process(items)
+            except BaseException as exc:
+                for span in [*spans, batch_span]:
+                    span.record_exception(exc)
+                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                    span.end()
+                raise
+            duration = time.perf_counter() - began
             ctx.stats.record(stats)
-            for item, result in zip(items, results, strict=True):
+            metrics.record_batch(pair_id, stats, results, duration)
+            batch_span.set_attribute("babelstream.engine_texts", stats.engine_texts)
+            batch_span.set_attribute("babelstream.timeouts", stats.timeouts)
+            batch_span.set_attribute("babelstream.errors", stats.errors)
+            batch_span.end()
+            for item, result, span, h in zip(items, results, spans, item_headers, strict=True):
+                _finish_translate_span(span, result, entry, len(items))
+                # The result carries the request's trace (this translate span).
                 await send(
                     result_topic(item.request), result.request_id.encode(), result.to_json(),
-                    headers[result.request_id],
+                    inject_headers(h, span),
                 )
 
     return translate
+
+
+def _finish_translate_span(
+    span: Span, result: TranslationResult, entry: ServedPair, batch_size: int
+) -> None:
+    attributes = {
+        "babelstream.pair": entry.pair.id,
+        "babelstream.model": result.model or entry.model_id,
+        "babelstream.compute_type": entry.compute_type,
+        "babelstream.batch_size": batch_size,
+        "babelstream.engine_batch_size": result.batch_size,
+        "babelstream.input_tokens": result.input_tokens,
+        "babelstream.output_tokens": result.output_tokens,
+        "babelstream.cache": result.cache or "none",
+        "babelstream.status": result.status,
+        "babelstream.latency_ms": result.latency_ms,
+    }
+    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    if result.status == "error":
+        span.set_status(Status(StatusCode.ERROR, result.error or "error"))
+    span.end()
+
+
+async def _sample_metrics(
+    app: faust.App, ctx: WorkerContext, cache_errors: metrics.CacheErrorTracker
+) -> None:
+    """Sample consumer lag (highwater - committed, per assigned partition) and cache errors."""
+    if ctx.cache.l2 is not None:
+        cache_errors.update(ctx.cache.l2.errors)
+    try:
+        consumer = app.consumer
+        assigned = consumer.assignment()
+        if not assigned:
+            return
+        highwaters = await consumer.highwaters(*assigned)
+        # Faust keeps the offsets it committed (next offset to read), like Kafka does.
+        committed = getattr(consumer, "_committed_offset", {})
+        lag: dict[tuple[str, int], int] = {}
+        for tp in assigned:
+            end = highwaters.get(tp)
+            done = committed.get(tp)
+            if done is None:
+                done = await consumer.position(tp)
+            if end is not None and done is not None:
+                lag[(tp.topic, tp.partition)] = end - done
+        metrics.set_consumer_lag(lag)
+    except Exception as exc:  # a rebalance in progress; try again next time
+        log.debug("consumer lag sample failed: %s", exc)

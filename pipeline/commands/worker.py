@@ -22,29 +22,59 @@ from pipeline.settings import Settings
     "--router/--no-router", default=True, show_default=True,
     help="Also route translate.requests. Run the router in exactly one worker group.",
 )
+@click.option(
+    "--router-only", is_flag=True,
+    help="Only route translate.requests (consumer group babelstream-router); load no model.",
+)
 @click.option("--loglevel", default="info", show_default=True)
 @click.pass_obj
-def worker(settings: Settings, pairs: str | None, router: bool, loglevel: str) -> None:
-    """Run a worker: router + one translation agent per served pair topic (and bulk topic)."""
+def worker(
+    settings: Settings, pairs: str | None, router: bool, router_only: bool, loglevel: str
+) -> None:
+    """Run a worker: router + one translation agent per served pair topic (and bulk topic).
+
+    Prometheus metrics are served at /metrics on observability.metrics_port (9464).
+    """
     from faust.worker import Worker
 
+    from pipeline.metrics import start_metrics_server
     from workers.app import ServedPair, WorkerContext, create_app
 
     registry = Registry.load(settings.engine.registry)
     deployment = {pair_id: entry.model_id for pair_id, entry in registry.pairs.items()}
-    pair_ids = [p.strip() for p in pairs.split(",")] if pairs else sorted(deployment)
-    translator = CTranslate2Translator.from_settings(settings.engine, pair_ids)
+    if router_only:
+        if pairs:
+            raise click.UsageError("--router-only serves no pairs; drop --pairs")
+        pair_ids: list[str] = []
+        compute_types: dict[str, str] = {}
+    else:
+        pair_ids = [p.strip() for p in pairs.split(",")] if pairs else sorted(deployment)
+        translator = CTranslate2Translator.from_settings(settings.engine, pair_ids)
+        compute_types = translator.compute_types
     served = [
-        ServedPair(Pair.parse(pair_id), translator.model_ids[pair_id], translator)
+        ServedPair(
+            Pair.parse(pair_id), translator.model_ids[pair_id], translator,
+            compute_type=translator.compute_types.get(pair_id, "unknown"),
+        )
         for pair_id in pair_ids
     ]
     cache = TwoLevelCache(LruCache(settings.worker.l1_cache_size), RedisCache(settings.redis))
     ctx = WorkerContext(settings=settings, cache=cache)
     # Workers serving different pair sets are different consumer groups.
-    app_id = "babelstream" if not pairs else "babelstream-" + "-".join(sorted(pair_ids))
-    app = create_app(ctx, served, deployment, app_id=app_id, with_router=router)
+    if router_only:
+        app_id = "babelstream-router"
+    elif not pairs:
+        app_id = "babelstream"
+    else:
+        app_id = "babelstream-" + "-".join(sorted(pair_ids))
+    app = create_app(ctx, served, deployment, app_id=app_id, with_router=router or router_only)
+    obs = settings.observability
+    if obs.metrics_port:
+        start_metrics_server(obs.metrics_host, obs.metrics_port)
     logging.getLogger(__name__).info(
-        "worker %s serving %s (%s)", ctx.worker_name, ", ".join(pair_ids),
-        ", ".join(f"{p}={c}" for p, c in translator.compute_types.items()),
+        "worker %s serving %s (%s); metrics on %s:%s", ctx.worker_name,
+        ", ".join(pair_ids) or "no pairs (router only)",
+        ", ".join(f"{p}={c}" for p, c in compute_types.items()),
+        obs.metrics_host, obs.metrics_port or "off",
     )
     Worker(app, loglevel=loglevel).execute_from_commandline()

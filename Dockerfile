@@ -1,0 +1,30 @@
+# The babelstream image: router, workers, the Spark SLA job and the dashboard
+# (docker-compose.yml runs each as a service with a different command).
+FROM python:3.11-slim-bookworm
+
+# Java for Spark (pyspark 4.x needs 17+); Maven fetches the Kafka connector
+# jars at build time, as `babelstream up` does locally.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY pipeline pipeline
+COPY workers workers
+COPY jobs jobs
+COPY schemas schemas
+COPY stack stack
+COPY models models
+# Editable, so the registry (models/registry.toml) and poms resolve under /app.
+RUN pip install --no-cache-dir -e .
+
+ENV BABELSTREAM_STACK__HOME=/var/babelstream \
+    BABELSTREAM_WORKER__DATA_DIR=/var/babelstream/faust \
+    PYTHONUNBUFFERED=1
+RUN python -c "from pipeline.settings import load_settings; \
+from pipeline.stack.jars import spark_kafka_jars; spark_kafka_jars(load_settings(), print)"
+
+EXPOSE 9464 8050
+ENTRYPOINT ["babelstream"]
+CMD ["--help"]

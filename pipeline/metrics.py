@@ -1,0 +1,169 @@
+"""Prometheus metrics of a worker: every metric name is declared here, and only here.
+
+Workers serve them at ``/metrics`` on ``observability.metrics_port`` (9464
+by default). Labels use pair ids (``en_de``), the same ids as topics and
+config. Metrics live in their own :data:`REGISTRY`, so tests and embedding
+processes do not collide with ``prometheus_client``'s global one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+
+from pipeline.chain import BatchStats
+from pipeline.messages import TranslationResult
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+REQUESTS = Counter(
+    "babelstream_requests",
+    "Results produced by workers, by pair, status (ok|timeout|error) and cache level "
+    "(miss|l1|l2|window|none).",
+    ["pair", "status", "cache"],
+    registry=REGISTRY,
+)
+ROUTED = Counter(
+    "babelstream_routed",
+    "Ingress records the router handled, by outcome (routed|dead_letter|unsupported).",
+    ["kind"],
+    registry=REGISTRY,
+)
+BATCH_SIZE = Histogram(
+    "babelstream_batch_size",
+    "Requests per micro-batch taken from a pair topic.",
+    ["pair"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    registry=REGISTRY,
+)
+ENGINE_BATCH_SIZE = Histogram(
+    "babelstream_engine_batch_size",
+    "Distinct texts per engine sub-batch (after dedup, caches and token budgeting).",
+    ["pair"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    registry=REGISTRY,
+)
+BATCH_DURATION = Histogram(
+    "babelstream_batch_duration_seconds",
+    "Time the translation chain spent on one micro-batch.",
+    ["pair"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+REQUEST_LATENCY = Histogram(
+    "babelstream_request_latency_seconds",
+    "Submission to result latency of each request (the result's latency_ms).",
+    ["pair", "status"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+ENGINE_TOKENS = Counter(
+    "babelstream_engine_tokens",
+    "Tokens the engine read (direction=input) and wrote (direction=output).",
+    ["pair", "direction"],
+    registry=REGISTRY,
+)
+ENGINE_SECONDS = Counter(
+    "babelstream_engine_seconds",
+    "Wall time spent inside the engine (rate(tokens) / rate(seconds) = tokens/s).",
+    ["pair"],
+    registry=REGISTRY,
+)
+ENGINE_TOKENS_PER_SECOND = Gauge(
+    "babelstream_engine_tokens_per_second",
+    "Output tokens per second of the engine in the latest micro-batch that used it.",
+    ["pair"],
+    registry=REGISTRY,
+)
+CONSUMER_LAG = Gauge(
+    "babelstream_consumer_lag",
+    "Records behind the end of each assigned partition (highwater - committed offset), "
+    "sampled periodically.",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+CACHE_ERRORS = Counter(
+    "babelstream_cache_errors",
+    "Failed Redis (L2 cache) operations; requests keep being served from L1.",
+    registry=REGISTRY,
+)
+
+# Exposition names (counters gain a ``_total`` sample suffix).
+METRIC_NAMES: tuple[str, ...] = (
+    "babelstream_requests_total",
+    "babelstream_routed_total",
+    "babelstream_batch_size",
+    "babelstream_engine_batch_size",
+    "babelstream_batch_duration_seconds",
+    "babelstream_request_latency_seconds",
+    "babelstream_engine_tokens_total",
+    "babelstream_engine_seconds_total",
+    "babelstream_engine_tokens_per_second",
+    "babelstream_consumer_lag",
+    "babelstream_cache_errors_total",
+)
+
+
+def record_batch(pair: str, stats: BatchStats, results: Iterable[TranslationResult],
+                 duration_s: float) -> None:
+    """Count one processed micro-batch and its results."""
+    BATCH_SIZE.labels(pair).observe(stats.size)
+    BATCH_DURATION.labels(pair).observe(duration_s)
+    for size in stats.engine_batches:
+        ENGINE_BATCH_SIZE.labels(pair).observe(size)
+    for result in results:
+        cache = result.cache if result.status == "ok" and result.cache else "none"
+        REQUESTS.labels(pair, result.status, cache).inc()
+        REQUEST_LATENCY.labels(pair, result.status).observe(result.latency_ms / 1000)
+    if stats.engine_seconds > 0:
+        ENGINE_TOKENS.labels(pair, "input").inc(stats.engine_input_tokens)
+        ENGINE_TOKENS.labels(pair, "output").inc(stats.engine_output_tokens)
+        ENGINE_SECONDS.labels(pair).inc(stats.engine_seconds)
+        ENGINE_TOKENS_PER_SECOND.labels(pair).set(
+            stats.engine_output_tokens / stats.engine_seconds
+        )
+
+
+def record_route(kind: str) -> None:
+    """Count one ingress record the router handled."""
+    ROUTED.labels(kind).inc()
+
+
+def set_consumer_lag(lag: Mapping[tuple[str, int], int]) -> None:
+    """Replace the lag gauges with a fresh sample ((topic, partition) -> records)."""
+    CONSUMER_LAG.clear()
+    for (topic, partition), value in lag.items():
+        CONSUMER_LAG.labels(topic, str(partition)).set(max(0, value))
+
+
+class CacheErrorTracker:
+    """Turns a cache's running error total (``RedisCache.errors``) into counter increments."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+
+    def update(self, total: int) -> None:
+        """Add what ``total`` grew by since the last call."""
+        if total > self._seen:
+            CACHE_ERRORS.inc(total - self._seen)
+        self._seen = max(self._seen, total)
+
+
+def exposition() -> bytes:
+    """The registry in Prometheus text format (what ``/metrics`` serves)."""
+    return generate_latest(REGISTRY)
+
+
+def start_metrics_server(host: str, port: int) -> tuple[WSGIServer, threading.Thread]:
+    """Serve :data:`REGISTRY` at ``http://host:port/metrics`` from a daemon thread."""
+    return start_http_server(port, addr=host, registry=REGISTRY)

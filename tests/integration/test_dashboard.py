@@ -1,0 +1,214 @@
+"""The SLA dashboard in real headless Chromium, fed by SlaWindow records on real Kafka.
+
+``babelstream dashboard`` runs as a subprocess on a test-unique SLA topic;
+Chromium loads it and is driven over the DevTools protocol. Assertions are
+on what the page charts (Chart.js datasets and their rendered points) and on
+the table rendered alongside; a screenshot is kept under ``artifacts/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+
+from pipeline.messages import SlaWindow
+from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from tests.integration.browser import Chromium, DevToolsPage, chromium_binary
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = PROJECT_ROOT / "artifacts"
+T0 = 1_700_000_000_000 - 1_700_000_000_000 % 10_000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def window(pair: str, index: int, *, count: int, p95: float, p99: float,
+           timeouts: float = 0.0, hits: float = 0.5) -> SlaWindow:
+    start = T0 + index * 10_000
+    return SlaWindow(
+        pair=pair, window_start=start, window_end=start + 10_000, count=count,
+        p50_ms=p95 / 2, p95_ms=p95, p99_ms=p99, timeout_ratio=timeouts, error_ratio=0.0,
+        cache_hit_ratio=hits,
+    )
+
+
+def health(port: int) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:
+        return json.load(response)
+
+
+@pytest.fixture
+def sla_topic(new_topic: Callable[..., str]) -> str:
+    return new_topic(partitions=2)
+
+
+@pytest.fixture
+def dashboard(sla_topic: str, stack: object) -> Iterator[int]:
+    port = free_port()
+    log_path = PROJECT_ROOT / "var" / "log" / "test-dashboard.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "dashboard", "--port", str(port),
+             "--topic", sla_topic],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"dashboard exited; see {log_path}"
+            try:
+                if health(port)["following"]:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, f"dashboard not ready; see {log_path}"
+            time.sleep(0.2)
+        yield port
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[Callable[[str], Chromium]]:
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("Debian's chromium is not installed (`make install` installs it)")
+    started: list[Chromium] = []
+
+    def start(url: str) -> Chromium:
+        browser = Chromium(binary, tmp_path / "profile",
+                           PROJECT_ROOT / "var" / "log" / "test-chromium.log").start(url)
+        started.append(browser)
+        return browser
+
+    yield start
+    for browser in started:
+        browser.stop()
+
+
+def produce(settings: Settings, topic: str, records: list[SlaWindow | bytes]) -> None:
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    for record in records:
+        if isinstance(record, SlaWindow):
+            producer.send(topic, key=record.pair.encode(), value=record.to_json())
+        else:
+            producer.send(topic, key=b"junk", value=record)
+    producer.flush(30)
+    producer.close()
+
+
+CHART_DATA = """(() => {
+  const out = {};
+  for (const [pair, charts] of Object.entries(window.babelstream.charts)) {
+    out[pair] = {};
+    for (const [name, chart] of Object.entries(charts)) {
+      out[pair][name] = chart.data.datasets.map((d, i) => ({
+        label: d.label,
+        y: d.data.map((p) => p.y),
+        rendered: chart.getDatasetMeta(i).data.length,
+      }));
+    }
+  }
+  return out;
+})()"""
+
+TABLE_ROWS = """(() => [...document.querySelectorAll('section.pair')].map((s) => ({
+  pair: s.dataset.pair,
+  rows: [...s.querySelectorAll('tbody tr')].map((r) => ({
+    count: Number(r.dataset.count), p95: Number(r.dataset.p95), p99: Number(r.dataset.p99),
+    cells: [...r.cells].map((c) => c.textContent),
+  })),
+})))()"""
+
+
+def test_dashboard_charts_sla_windows(
+    dashboard: int, sla_topic: str, chromium: Callable[[str], Chromium]
+) -> None:
+    settings = load_settings()
+    # produced before the page opens: the server replays them in its snapshot
+    early = [window("en_en-XA", 0, count=40, p95=120, p99=180),
+             window("en_en-XA", 1, count=55, p95=140, p99=260, timeouts=0.02, hits=0.6)]
+    produce(settings, sla_topic, list(early))
+    deadline = time.monotonic() + 30
+    while health(dashboard)["records"] < 2:
+        assert time.monotonic() < deadline, health(dashboard)
+        time.sleep(0.2)
+
+    browser = chromium("about:blank")
+
+    async def drive() -> tuple[dict, list, dict]:
+        async with DevToolsPage(browser.page_websocket()) as page:
+            await page.goto(f"http://127.0.0.1:{dashboard}/")
+            await page.wait_for("document.getElementById('status').dataset.state === 'live'")
+            assert await page.evaluate("typeof Chart") == "function"  # served, not a CDN
+            await page.wait_for("document.body.dataset.windowCount === '2'")
+            # live: new windows, a second pair, a re-emitted window, and junk
+            live = [
+                window("en_en-XA", 2, count=61, p95=150, p99=300, timeouts=0.05, hits=0.7),
+                window("en-XA_en", 0, count=12, p95=90, p99=95, hits=0.25),
+                window("en-XA_en", 1, count=18, p95=100, p99=130, hits=0.5),
+                window("en_en-XA", 1, count=57, p95=145, p99=270, timeouts=0.02, hits=0.6),
+                b"not a window",
+            ]
+            await asyncio.to_thread(produce, settings, sla_topic, live)
+            await page.wait_for(
+                "document.body.dataset.windowCount === '5'"
+                " && document.body.dataset.pairCount === '2'"
+                " && document.querySelector('#pair-en_en-XA tbody tr').dataset.count === '61'"
+                " && window.babelstream.charts['en_en-XA'].latency.data.datasets[0]"
+                ".data[1].y === 145"
+            )
+            await asyncio.sleep(0.3)  # let the last frame paint before the screenshot
+            await page.screenshot(ARTIFACTS / "dashboard.png")
+            status = await page.evaluate("document.getElementById('status').textContent")
+            return await page.evaluate(CHART_DATA), await page.evaluate(TABLE_ROWS), {
+                "status": status}
+
+    charts, tables, extra = asyncio.run(drive())
+    assert extra["status"] == "live"
+
+    enxa = charts["en_en-XA"]
+    latency = {d["label"]: d for d in enxa["latency"]}
+    assert latency["P95"]["y"] == [120, 145, 150]  # the re-emitted window replaced 140
+    assert latency["P99"]["y"] == [180, 270, 300]
+    assert enxa["throughput"][0]["y"] == [40, 57, 61]
+    assert enxa["timeouts"][0]["y"] == [0.0, 0.02, 0.05]
+    assert enxa["cache"][0]["y"] == [0.5, 0.6, 0.7]
+    for datasets in enxa.values():
+        for dataset in datasets:
+            assert dataset["rendered"] == 3  # Chart.js drew a point per window
+    xaen = charts["en-XA_en"]
+    assert xaen["throughput"][0]["y"] == [12, 18]
+    assert {d["label"]: d["y"] for d in xaen["latency"]} == {"P95": [90, 100], "P99": [95, 130]}
+
+    by_pair = {t["pair"]: t["rows"] for t in tables}
+    assert [t["pair"] for t in tables] == ["en-XA_en", "en_en-XA"]
+    assert [r["count"] for r in by_pair["en_en-XA"]] == [61, 57, 40]  # newest first
+    assert by_pair["en_en-XA"][0]["cells"][5] == "5.0%"
+    assert health(dashboard)["skipped"] == 1
+    screenshot = ARTIFACTS / "dashboard.png"
+    assert screenshot.stat().st_size > 10_000
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
