@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from pipeline.errors import ContractError
+from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +34,9 @@ class KafkaSettings(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     ingress_partitions: int = Field(6, ge=1)
     pair_partitions: int = Field(4, ge=1)
+    results_partitions: int = Field(4, ge=1)
+    dlq_partitions: int = Field(1, ge=1)
+    sla_partitions: int = Field(1, ge=1)
     request_timeout_ms: int = Field(30_000, ge=1000)
     client_id: str = "babelstream"
 
@@ -51,7 +57,12 @@ class StackSettings(_Section):
     kafka_version: str = "3.9.1"
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
+    kafka_heap: str = "512m"
     redis_port: int = 6379
+    # pairs whose work topics `babelstream up` creates (until the model registry says)
+    pairs: tuple[str, ...] = ("en_en-XA", "en-XA_en")
+    start_timeout_s: float = Field(120.0, gt=0)
+    stop_timeout_s: float = Field(30.0, gt=0)
 
 
 class LimitSettings(_Section):
@@ -68,6 +79,10 @@ class EngineSettings(_Section):
     inter_threads: int = Field(1, ge=1)
     intra_threads: int = Field(0, ge=0)
     beam_size: int = Field(1, ge=1)
+    # overrides every registry entry's compute_type when set (auto, int8, float32, ...)
+    compute_type: str | None = None
+    # CTranslate2 max_batch_size, counted in tokens (batch_type="tokens")
+    max_batch_tokens: int = Field(4096, ge=1)
 
 
 class WorkerSettings(_Section):
@@ -81,6 +96,105 @@ class WorkerSettings(_Section):
     bulk_share: float = Field(0.2, ge=0, le=1)
     web_port: int = 6066
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
+
+
+SlaSink = Literal["kafka", "parquet", "console"]
+
+
+class SlaSettings(_Section):
+    """Defaults of the Spark SLA job (``babelstream sla``); durations in seconds."""
+
+    source_topic: str = RESULTS_TOPIC
+    sink_topic: str = SLA_TOPIC
+    window_s: float = Field(5.0, gt=0)
+    # None: tumbling windows (slide = window)
+    slide_s: float | None = Field(None, gt=0)
+    watermark_s: float = Field(30.0, ge=0)
+    trigger_s: float = Field(1.0, gt=0)
+    # latency above a pair's threshold counts as a timeout (pair id -> ms)
+    default_threshold_ms: int = Field(5000, ge=0)
+    thresholds_ms: dict[str, Annotated[int, Field(ge=0)]] = {}
+    # percentile_approx accuracy: rank error at most count / accuracy
+    percentile_accuracy: int = Field(10_000, ge=1)
+    sinks: tuple[SlaSink, ...] = Field(("kafka", "parquet", "console"), min_length=1)
+    checkpoint_dir: Path = PROJECT_ROOT / "var" / "sla" / "checkpoint"
+    history_dir: Path = PROJECT_ROOT / "var" / "sla" / "history"
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    master: str = "local[2]"
+    driver_memory: str = "1g"
+    shuffle_partitions: int = Field(4, ge=1)
+
+    @field_validator("thresholds_ms")
+    @classmethod
+    def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
+        for pair_id in value:
+            try:
+                Pair.parse(pair_id)
+            except ContractError as exc:
+                raise ValueError(str(exc)) from exc
+        return value
+
+    @model_validator(mode="after")
+    def _slide_within_window(self) -> SlaSettings:
+        if self.slide_s is not None and self.slide_s > self.window_s:
+            raise ValueError(f"slide ({self.slide_s}s) must not exceed window ({self.window_s}s)")
+        return self
+
+    def threshold_ms(self, pair_id: str) -> int:
+        """The SLA latency threshold of one pair."""
+        return self.thresholds_ms.get(pair_id, self.default_threshold_ms)
+
+
+class BulkSettings(_Section):
+    """Bulk document jobs (``babelstream bulk``)."""
+
+    # job state (manifest + completed segment results) lives in <state_dir>/<job_id>/
+    state_dir: Path = PROJECT_ROOT / "var" / "bulk"
+    # segments published but not yet answered; bounds Kafka backlog and memory
+    max_in_flight: int = Field(2000, ge=1)
+    # segments per producer flush
+    submit_chunk: int = Field(250, ge=1)
+    # request deadline relative to submission; bulk waits behind interactive work
+    timeout_ms: int = Field(3_600_000, ge=100, le=3_600_000)
+    # give up (state kept, rerun resumes) when no result arrives for this long
+    stall_timeout_s: float = Field(600.0, gt=0)
+    # Spark bulk jobs (`babelstream bulk spark-submit | spark-assemble`)
+    spark_master: str = "local[2]"
+    spark_driver_memory: str = "1g"
+    spark_shuffle_partitions: int = Field(4, ge=1)
+
+
+class ObservabilitySettings(_Section):
+    """Traces and Prometheus metrics.
+
+    The OTLP trace exporter is configured by OpenTelemetry's own
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (and friends), not here.
+    """
+
+    service_name: str = "babelstream"
+    # print finished spans to stdout (debugging)
+    console_exporter: bool = False
+    # append finished spans as JSON lines to this file (tests, debugging)
+    span_file: Path | None = None
+    # workers serve Prometheus /metrics here; 0 disables the endpoint
+    metrics_port: int = Field(9464, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
+    # how often workers sample consumer lag and cache errors
+    sample_interval_s: float = Field(5.0, gt=0)
+
+
+class DashboardSettings(_Section):
+    """The live SLA page (``babelstream dashboard``)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(8050, ge=0, le=65535)
+    # None: the SLA job's sink topic (sla.sink_topic)
+    topic: str | None = None
+    # on start, replay windows produced this long ago
+    history_s: float = Field(3600.0, ge=0)
+    # windows kept (and charted) per pair
+    max_windows: int = Field(720, ge=1)
 
 
 class Settings(BaseSettings):
@@ -99,6 +213,10 @@ class Settings(BaseSettings):
     limits: LimitSettings = LimitSettings()
     engine: EngineSettings = EngineSettings()
     worker: WorkerSettings = WorkerSettings()
+    bulk: BulkSettings = BulkSettings()
+    sla: SlaSettings = SlaSettings()
+    observability: ObservabilitySettings = ObservabilitySettings()
+    dashboard: DashboardSettings = DashboardSettings()
 
     @classmethod
     def settings_customise_sources(
