@@ -66,8 +66,8 @@ demo: install up
 
 bench: install up
 	$(BIN)/babelstream bench engine --json
-	$(BIN)/babelstream bench e2e --json
-	$(BIN)/babelstream bench naive --json
+	$(BIN)/babelstream bench compare --json
+	$(BIN)/babelstream bench sla --json
 
 lint: install
 	$(BIN)/ruff check .

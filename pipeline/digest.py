@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
 
 DIGEST_BYTES = 16  # BLAKE2b-128
 
@@ -36,4 +38,18 @@ def content_digest(
         h.update(len(encoded).to_bytes(4, "big"))
         h.update(encoded)
     h.update(normalize_text(text).encode())
+    return h.hexdigest()
+
+
+def files_fingerprint(paths: Iterable[Path], chunk_bytes: int = 1 << 20) -> str:
+    """Short BLAKE2b digest of files' contents (model weights, tokenizers).
+
+    Part of the model id used in cache keys, so rebuilding or replacing a model
+    under the same name never serves translations of the old one from cache.
+    """
+    h = hashlib.blake2b(digest_size=6)
+    for path in paths:
+        with Path(path).open("rb") as f:
+            while chunk := f.read(chunk_bytes):
+                h.update(chunk)
     return h.hexdigest()

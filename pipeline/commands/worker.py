@@ -7,10 +7,17 @@ import logging
 import click
 
 from pipeline.cache import LruCache, RedisCache, TwoLevelCache
-from pipeline.engine.registry import Registry
+from pipeline.digest import files_fingerprint
+from pipeline.engine.registry import PairEntry, Registry
 from pipeline.engine.translator import CTranslate2Translator
-from pipeline.pairs import Pair
 from pipeline.settings import Settings
+
+
+def _fingerprint(entry: PairEntry) -> str:
+    # Cache keys name the exact weights: a rebuilt model never reuses old entries.
+    return files_fingerprint(
+        [entry.model_dir / "model.bin", entry.source_tokenizer, entry.target_tokenizer]
+    )
 
 
 @click.command()
@@ -53,10 +60,10 @@ def worker(
         compute_types = translator.compute_types
     served = [
         ServedPair(
-            Pair.parse(pair_id), translator.model_ids[pair_id], translator,
-            compute_type=translator.compute_types.get(pair_id, "unknown"),
+            entry.pair, f"{entry.model_id}@{_fingerprint(entry)}", translator,
+            compute_type=translator.compute_types.get(entry.pair.id, "unknown"),
         )
-        for pair_id in pair_ids
+        for entry in registry.entries(pair_ids)
     ]
     cache = TwoLevelCache(LruCache(settings.worker.l1_cache_size), RedisCache(settings.redis))
     ctx = WorkerContext(settings=settings, cache=cache)

@@ -1,0 +1,294 @@
+"""The ``Translator`` interface and its CTranslate2 implementation.
+
+Policy for awkward input, the same for every model:
+
+* Empty (or whitespace-only) text gives an empty translation with zero token
+  counts; the model is not called.
+* Line breaks never reach the model: each line is translated on its own and
+  the line breaks are put back where they were.
+* Text longer than the model's limit (the registry's ``max_input_tokens``,
+  counted in source tokens including prefix/suffix tokens) is split at
+  sentence boundaries, then between words, then between characters, each
+  piece translated, and the translations rejoined with the original
+  whitespace. Text is never truncated, silently or otherwise
+  (:mod:`pipeline.engine.segment`).
+* Characters the tokenizer does not know are its business: models with
+  SentencePiece byte fallback (the demo model) carry any script or emoji
+  through as UTF-8 bytes; others turn them into ``<unk>``.
+
+``translate_batch`` blocks (CTranslate2 releases the GIL while it computes);
+from asyncio, call ``await translator.translate_batch_async(...)``, which runs
+it in an executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import ctranslate2
+import sentencepiece
+
+from pipeline.engine.registry import PairEntry, Registry, check_compute_type
+from pipeline.engine.segment import split_text
+from pipeline.errors import ConfigError, EngineError
+from pipeline.pairs import Pair
+
+if TYPE_CHECKING:
+    from pipeline.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True, slots=True)
+class Translation:
+    """One translated text with the token counts the model saw and produced."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+class Translator(Protocol):
+    """Translates batches of texts for the pairs it serves."""
+
+    model_id: str
+
+    def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
+        """Translate ``texts`` (one pair); results in input order. Blocks."""
+        ...
+
+    def count_tokens(self, text: str, pair: Pair) -> int:
+        """Source tokens ``text`` costs the model (what token budgets count)."""
+        ...
+
+    async def translate_batch_async(
+        self, texts: Sequence[str], pair: Pair, executor: Executor | None = None
+    ) -> list[Translation]:
+        """``translate_batch`` off the event loop, in ``executor`` (default: the loop's)."""
+        loop = asyncio.get_running_loop()
+        call = functools.partial(self.translate_batch, list(texts), pair)
+        return await loop.run_in_executor(executor, call)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when CTranslate2 sees a GPU, else ``cpu``."""
+    if device not in DEVICES:
+        raise ConfigError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
+    if device != "auto":
+        return device
+    return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+
+
+def resolve_compute_type(compute_type: str, device: str) -> str:
+    """``auto`` -> ``int8_float16`` on CUDA, ``int8`` on CPU; explicit types are checked."""
+    check_compute_type(compute_type, "compute_type")
+    if compute_type == "auto":
+        return "int8_float16" if device == "cuda" else "int8"
+    supported = ctranslate2.get_supported_compute_types(device)
+    if compute_type != "default" and compute_type not in supported:
+        log.warning(
+            "compute_type %s is not supported on %s (supported: %s); CTranslate2 will "
+            "fall back to the closest one",
+            compute_type,
+            device,
+            ", ".join(sorted(supported)),
+        )
+    return compute_type
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    entry: PairEntry
+    model: ctranslate2.Translator
+    source_sp: sentencepiece.SentencePieceProcessor
+    target_sp: sentencepiece.SentencePieceProcessor
+
+
+class CTranslate2Translator(Translator):
+    """CTranslate2 + SentencePiece translator for one or more registry pairs.
+
+    Pairs whose entries name the same model directory and compute type share
+    one loaded model; tokenizers are shared by file. ``model_ids`` maps each
+    pair id to its registry ``model_id`` (what cache digests and results name);
+    ``model_id`` joins the distinct ones.
+    """
+
+    def __init__(
+        self,
+        entries: Iterable[PairEntry],
+        *,
+        device: str = "auto",
+        compute_type: str | None = None,
+        inter_threads: int = 1,
+        intra_threads: int = 0,
+        beam_size: int = 1,
+        max_batch_tokens: int = 4096,
+        decoding_ratio: float = 2.0,
+    ) -> None:
+        """Load the models of ``entries``.
+
+        ``compute_type`` overrides every entry's own; ``max_batch_tokens`` is
+        CTranslate2's ``max_batch_size`` with ``batch_type="tokens"``; the
+        output may be up to ``decoding_ratio`` times the input plus 16 tokens.
+        """
+        if beam_size < 1 or max_batch_tokens < 1 or inter_threads < 1 or intra_threads < 0:
+            raise ConfigError(
+                "beam_size, max_batch_tokens and inter_threads must be >= 1, intra_threads >= 0"
+            )
+        self.device = resolve_device(device)
+        self.beam_size = beam_size
+        self.max_batch_tokens = max_batch_tokens
+        self.decoding_ratio = decoding_ratio
+        self.inter_threads = inter_threads
+        self.intra_threads = intra_threads
+        models: dict[tuple[Path, str], ctranslate2.Translator] = {}
+        tokenizers: dict[Path, sentencepiece.SentencePieceProcessor] = {}
+        self._pairs: dict[str, _Loaded] = {}
+        self.compute_types: dict[str, str] = {}
+        for entry in entries:
+            problems = entry.problems()
+            if problems:
+                raise ConfigError(f"pair {entry.pair.id}: " + "; ".join(problems))
+            ctype = resolve_compute_type(compute_type or entry.compute_type, self.device)
+            key = (entry.model_dir, ctype)
+            if key not in models:
+                log.info("loading %s on %s (%s)", entry.model_dir, self.device, ctype)
+                try:
+                    models[key] = ctranslate2.Translator(
+                        str(entry.model_dir),
+                        device=self.device,
+                        compute_type=ctype,
+                        inter_threads=inter_threads,
+                        intra_threads=intra_threads,
+                    )
+                except (RuntimeError, ValueError) as exc:
+                    raise EngineError(f"cannot load {entry.model_dir}: {exc}") from exc
+            for path in (entry.source_tokenizer, entry.target_tokenizer):
+                if path not in tokenizers:
+                    try:
+                        tokenizers[path] = sentencepiece.SentencePieceProcessor(
+                            model_file=str(path)
+                        )
+                    except (OSError, RuntimeError) as exc:
+                        raise EngineError(f"cannot load tokenizer {path}: {exc}") from exc
+            self._pairs[entry.pair.id] = _Loaded(
+                entry,
+                models[key],
+                tokenizers[entry.source_tokenizer],
+                tokenizers[entry.target_tokenizer],
+            )
+            self.compute_types[entry.pair.id] = ctype
+        if not self._pairs:
+            raise ConfigError("no pairs to serve")
+        self.model_ids = {pid: p.entry.model_id for pid, p in self._pairs.items()}
+        self.model_id = "+".join(sorted(set(self.model_ids.values())))
+
+    @classmethod
+    def from_settings(
+        cls, settings: EngineSettings, pairs: Iterable[Pair | str] | None = None
+    ) -> CTranslate2Translator:
+        """Load the registry named in ``settings`` and only the ``pairs`` asked for."""
+        registry = Registry.load(settings.registry)
+        return cls(
+            registry.entries(pairs),
+            device=settings.device,
+            compute_type=settings.compute_type,
+            inter_threads=settings.inter_threads,
+            intra_threads=settings.intra_threads,
+            beam_size=settings.beam_size,
+            max_batch_tokens=settings.max_batch_tokens,
+        )
+
+    @property
+    def pairs(self) -> list[str]:
+        """Pair ids this translator serves."""
+        return sorted(self._pairs)
+
+    def count_tokens(self, text: str, pair: Pair) -> int:
+        """Source tokens of ``text``, prefix and suffix tokens included (0 for empty text)."""
+        loaded = self._loaded(pair)
+        return sum(
+            self._core_tokens(loaded, piece.core)
+            for piece in split_text(
+                text, functools.partial(self._core_tokens, loaded), loaded.entry.max_input_tokens
+            )
+            if piece.core
+        )
+
+    def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
+        """Translate ``texts`` for ``pair``; the result has one Translation per text, in order."""
+        loaded = self._loaded(pair)
+        entry = loaded.entry
+        count = functools.partial(self._core_tokens, loaded)
+        pieces = [split_text(text, count, entry.max_input_tokens) for text in texts]
+        sources: list[list[str]] = []
+        for text_pieces in pieces:
+            for piece in text_pieces:
+                if piece.core:
+                    tokens = loaded.source_sp.encode(piece.core, out_type=str)
+                    sources.append([*entry.source_prefix, *tokens, *entry.source_suffix])
+        outputs = self._run(loaded, sources) if sources else []
+        results: list[Translation] = []
+        it = iter(zip(sources, outputs, strict=True))
+        for text_pieces in pieces:
+            parts: list[str] = []
+            n_in = n_out = 0
+            for piece in text_pieces:
+                if not piece.core:
+                    parts.append(piece.lead)
+                    continue
+                source, (out_text, out_tokens) = next(it)
+                parts.extend((piece.lead, out_text, piece.trail))
+                n_in += len(source)
+                n_out += out_tokens
+            text = "".join(parts) if n_in else ""
+            results.append(Translation(text, n_in, n_out))
+        return results
+
+    def _run(self, loaded: _Loaded, sources: list[list[str]]) -> list[tuple[str, int]]:
+        entry = loaded.entry
+        prefix = list(entry.target_prefix)
+        longest = max(len(s) for s in sources)
+        try:
+            results = loaded.model.translate_batch(
+                sources,
+                target_prefix=[prefix] * len(sources) if prefix else None,
+                max_batch_size=self.max_batch_tokens,
+                batch_type="tokens",
+                beam_size=self.beam_size,
+                max_input_length=0,  # never truncate; long texts were split above
+                suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
+                max_decoding_length=int(longest * self.decoding_ratio) + 16 + len(prefix),
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"{entry.pair.id}: translation failed: {exc}") from exc
+        out: list[tuple[str, int]] = []
+        for result in results:
+            tokens = result.hypotheses[0]
+            if prefix and tokens[: len(prefix)] == prefix:
+                tokens = tokens[len(prefix) :]
+            out.append((loaded.target_sp.decode_pieces(tokens), len(tokens)))
+        return out
+
+    @staticmethod
+    def _core_tokens(loaded: _Loaded, core: str) -> int:
+        entry = loaded.entry
+        n = len(loaded.source_sp.encode(core)) if core else 0
+        return n + len(entry.source_prefix) + len(entry.source_suffix) if n else 0
+
+    def _loaded(self, pair: Pair) -> _Loaded:
+        loaded = self._pairs.get(pair.id)
+        if loaded is None:
+            raise EngineError(
+                f"pair {pair.id} is not served here (serving: {', '.join(self.pairs)})"
+            )
+        return loaded
