@@ -12,6 +12,7 @@ BENCHES: dict[str, str] = {
     "naive": "pipeline.commands.bench_pipeline:naive",
     "sla": "pipeline.commands.bench_sla:sla",
     "compare": "pipeline.commands.bench_pipeline:compare",
+    "interference": "pipeline.commands.bench_bulk:interference",
 }
 
 

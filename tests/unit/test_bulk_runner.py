@@ -1,0 +1,157 @@
+"""The bulk runner against fake Kafka ends: flow control, resume, retries, output."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.bulk import BulkInterrupted
+from pipeline.bulk import runner as runner_mod
+from pipeline.bulk.plan import build_plan
+from pipeline.bulk.readers import corpus_from_table
+from pipeline.bulk.runner import JobSpec, run_job
+from pipeline.bulk.state import JobState
+from pipeline.messages import TranslationRequest, TranslationResult
+from pipeline.pairs import Pair, bulk_topic
+from pipeline.settings import BulkSettings, Settings, load_settings
+
+PAIR = Pair("en", "en-XA")
+
+
+class FakeWorker:
+    """Answers up to ``per_poll`` requests per poll; texts with FAIL get an error."""
+
+    def __init__(self, per_poll: int = 3) -> None:
+        self.per_poll = per_poll
+        self.queue: deque[TranslationRequest] = deque()
+        self.published: list[str] = []
+        self.answered = 0
+        self.max_outstanding = 0
+        self.stop_after: int | None = None
+        self.stop = threading.Event()
+        self.topics: set[str] = set()
+
+    def publisher(self, _settings: object, topic: str) -> FakeWorker:
+        self.topics.add(topic)
+        return self
+
+    def results(self, _settings: object, _job_id: str) -> FakeWorker:
+        return self
+
+    def __enter__(self) -> FakeWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def publish(self, records: list[tuple[bytes, bytes]]) -> None:
+        for _key, value in records:
+            request = TranslationRequest.from_json(value)
+            self.queue.append(request)
+            self.published.append(request.request_id)
+        self.max_outstanding = max(self.max_outstanding, len(self.queue))
+
+    def poll(self, timeout_ms: int) -> list[TranslationResult]:
+        out = []
+        while self.queue and len(out) < self.per_poll:
+            request = self.queue.popleft()
+            failed = "FAIL" in request.text
+            out.append(TranslationResult.for_request(
+                request, status="error" if failed else "ok",
+                translation=None if failed else request.text.upper(),
+                error="boom" if failed else None, cache="miss"))
+        self.answered += len(out)
+        if self.stop_after is not None and self.answered >= self.stop_after:
+            self.stop.set()
+        return out
+
+
+@pytest.fixture
+def worker(monkeypatch: pytest.MonkeyPatch) -> FakeWorker:
+    fake = FakeWorker()
+    monkeypatch.setattr(runner_mod, "BulkPublisher", fake.publisher)
+    monkeypatch.setattr(runner_mod, "JobResults", fake.results)
+    monkeypatch.setattr(runner_mod, "model_id_for", lambda settings, pair: "fake-model")
+    return fake
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    base = load_settings()
+    return base.model_copy(update={"bulk": BulkSettings(
+        state_dir=tmp_path / "state", max_in_flight=5, submit_chunk=2)})
+
+
+def corpus(n: int = 12):  # type: ignore[no-untyped-def]
+    texts = [f"Doc {i} one. Doc {i} two!\n\nDoc {i} three" if i % 4 else "" for i in range(n)]
+    texts[5] = "Good start. FAIL here."
+    return corpus_from_table(pa.table({"id": [f"d{i}" for i in range(n)], "text": texts}))
+
+
+def spec(tmp_path: Path) -> JobSpec:
+    return JobSpec(job_id="job-1", pair=PAIR, output=tmp_path / "out.parquet")
+
+
+def test_flow_control_order_and_statuses(
+    settings: Settings, worker: FakeWorker, tmp_path: Path
+) -> None:
+    docs = corpus()
+    report = run_job(settings, spec(tmp_path), docs, progress=False)
+    assert worker.topics == {bulk_topic(PAIR)}
+    assert worker.max_outstanding <= settings.bulk.max_in_flight
+    assert report.submitted == report.segments_total == len(worker.published)
+    out = pq.read_table(tmp_path / "out.parquet")
+    assert out.column("id").to_pylist() == docs.ids
+    rows = out.to_pylist()
+    assert rows[1]["translation"] == "DOC 1 ONE. DOC 1 TWO!\n\nDOC 1 THREE"
+    assert rows[0]["translation"] == "" and rows[0]["status"] == "ok"
+    assert rows[5]["status"] == "partial"
+    assert rows[5]["translation"] == "GOOD START. FAIL here."
+    assert rows[5]["errors"] == [{"segment_index": 1, "status": "error", "error": "boom"}]
+    assert report.doc_statuses == {"ok": 11, "partial": 1}
+    assert JobState(settings.bulk.state_dir, "job-1").manifest()["state"] == "done"
+
+
+def test_interrupted_run_resumes_without_redoing_finished_segments(
+    settings: Settings, worker: FakeWorker, tmp_path: Path
+) -> None:
+    docs = corpus()
+    worker.stop_after = 7
+    with pytest.raises(BulkInterrupted):
+        run_job(settings, spec(tmp_path), docs, stop=worker.stop, progress=False)
+    state = JobState(settings.bulk.state_dir, "job-1")
+    assert state.manifest()["state"] == "interrupted"
+    first = list(state.records())
+    done_first = {r["request_id"] for r in first if r["status"] == "ok"}
+    failed_first = {r["request_id"] for r in first if r["status"] != "ok"}
+    assert 6 <= len(done_first) < len(build_plan("job-1", docs, 1024).tasks)
+    first_published = len(worker.published)
+
+    worker.stop_after, worker.stop = None, threading.Event()
+    report = run_job(settings, spec(tmp_path), docs, progress=False)
+    republished = worker.published[first_published:]
+    assert not set(republished) & done_first, "finished segments were submitted again"
+    assert report.reused == len(done_first)
+    # late results of the first run's unanswered requests may spare some re-sends
+    assert report.submitted <= report.segments_total - len(done_first)
+    lines = [r["request_id"] for r in state.records()]
+    assert len(lines) == len(set(lines)) + len(failed_first)  # failures are retried
+    out = pq.read_table(tmp_path / "out.parquet").to_pylist()
+    assert out[1]["translation"] == "DOC 1 ONE. DOC 1 TWO!\n\nDOC 1 THREE"
+    assert [r["status"] for r in out].count("ok") == 11
+
+
+def test_rerun_of_a_finished_job_only_retries_failures(
+    settings: Settings, worker: FakeWorker, tmp_path: Path
+) -> None:
+    docs = corpus()
+    run_job(settings, spec(tmp_path), docs, progress=False)
+    before = len(worker.published)
+    report = run_job(settings, spec(tmp_path), docs, progress=False)
+    assert report.submitted == 1
+    assert len(worker.published) == before + 1

@@ -1,0 +1,73 @@
+"""The resumable job state: manifest, appended results, what counts as done."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.bulk import BulkError
+from pipeline.bulk.plan import SegmentTask
+from pipeline.bulk.state import JobState, result_record
+from pipeline.messages import TranslationRequest, TranslationResult
+
+IDENTITY = {"pair": "en_en-XA", "tenant": None, "domain": None}
+
+
+def result(task: SegmentTask, status: str = "ok", translation: str | None = "T") -> dict:
+    request = TranslationRequest(
+        request_id=task.request_id, source_lang="en", target_lang="en-XA", text=task.text,
+        submitted_at=1, job_id="job", doc_id="d", segment_index=task.segment_index)
+    return result_record(
+        TranslationResult.for_request(request, status=status, translation=translation,  # type: ignore[arg-type]
+                                      cache="miss", completed_at=2),
+        task.text)
+
+
+def test_completed_reuses_only_ok_results_for_the_same_text(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job")
+    state.start(IDENTITY, output="out.parquet")
+    a, b, c = (SegmentTask(f"job:d:{i}", 0, i, f"text {i}") for i in range(3))
+    state.append([result(a), result(b, "error", None), result(c)])
+    changed_c = SegmentTask(c.request_id, 0, 2, "edited text")
+    done = state.completed([a, b, changed_c])
+    assert set(done) == {a.request_id}
+    assert done[a.request_id].translation == "T"
+    progress = state.progress()
+    assert (progress.completed, progress.errors) == (2, 1)
+
+
+def test_a_line_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job")
+    state.start(IDENTITY)
+    task = SegmentTask("job:d:0", 0, 0, "x")
+    state.append([result(task)])
+    with state.results_path.open("a") as out:
+        out.write('{"request_id": "job:d:1", "sta')
+    assert set(state.completed([task])) == {task.request_id}
+
+
+def test_reopening_counts_runs_and_refuses_other_settings(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job")
+    state.start(IDENTITY)
+    assert state.start(IDENTITY)["runs"] == 2
+    state.update(state="done")
+    assert state.manifest()["state"] == "done"
+    with pytest.raises(BulkError, match="tenant"):
+        state.start({**IDENTITY, "tenant": "other"})
+
+
+def test_unknown_job(tmp_path: Path) -> None:
+    with pytest.raises(BulkError, match="no bulk job"):
+        JobState(tmp_path, "nope").manifest()
+
+
+def test_a_job_running_elsewhere_is_not_started_twice(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job")
+    state.start(IDENTITY)
+    state.update(pid=os.getppid())  # alive, and not us
+    with pytest.raises(BulkError, match="already running"):
+        state.start(IDENTITY)
+    state.update(state="interrupted")
+    state.start(IDENTITY)
