@@ -86,14 +86,16 @@ class EngineSettings(_Section):
 
 
 class WorkerSettings(_Section):
-    pairs: tuple[str, ...] = ()
     max_messages: int = Field(64, ge=1)
     max_wait_s: float = Field(0.02, gt=0)
     token_budget: int = Field(4096, ge=1)
+    # Bulk batches are kept small: a running engine call is never interrupted,
+    # so their size bounds how long interactive work waits behind bulk work.
+    bulk_max_messages: int = Field(16, ge=1)
+    bulk_token_budget: int = Field(1024, ge=1)
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
     concurrency: int = Field(1, ge=1)
-    bulk_share: float = Field(0.2, ge=0, le=1)
     web_port: int = 6066
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
 

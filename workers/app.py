@@ -167,11 +167,14 @@ def _add_pair_agents(app, ctx, entry, topic, send) -> None:  # type: ignore[no-u
     table = app.Table(
         f"dedup-{entry.pair.id}", default=dict, partitions=s.kafka.pair_partitions
     ).tumbling(window_s, expires=2 * window_s)
-    window = FaustDedupWindow(table, window_s)
-    batcher = TokenBudgetBatcher(token_budget=s.worker.token_budget)
-
-    for priority, topic_name in ((INTERACTIVE, pair_topic(entry.pair)),
-                                 (BULK, bulk_topic(entry.pair))):
+    w = s.worker
+    for priority, topic_name, take, budget in (
+        (INTERACTIVE, pair_topic(entry.pair), w.max_messages, w.token_budget),
+        (BULK, bulk_topic(entry.pair), w.bulk_max_messages, w.bulk_token_budget),
+    ):
+        # One adapter per agent: each binds its own batch's events (same table).
+        window = FaustDedupWindow(table, window_s)
+        batcher = TokenBudgetBatcher(token_budget=budget)
         chain = TranslationChain(
             pair=entry.pair,
             engine=EngineRunner(entry.translator, batcher, ctx.gate, priority),
@@ -183,16 +186,16 @@ def _add_pair_agents(app, ctx, entry, topic, send) -> None:  # type: ignore[no-u
         )
         app.agent(
             topic(topic_name), name=f"translate-{topic_name}", concurrency=1
-        )(_translation_agent(ctx, chain, window, send, entry))
+        )(_translation_agent(ctx, chain, window, send, entry, take))
 
 
-def _translation_agent(ctx, chain, window, send, entry):  # type: ignore[no-untyped-def]
+def _translation_agent(ctx, chain, window, send, entry, take):  # type: ignore[no-untyped-def]
     s = ctx.settings
     model_id = entry.model_id
     pair_id = entry.pair.id
 
     async def translate(stream: StreamT) -> None:
-        async for events in stream.take_events(s.worker.max_messages, within=s.worker.max_wait_s):
+        async for events in stream.take_events(take, within=s.worker.max_wait_s):
             items: list[WorkItem] = []
             item_headers: list[Headers] = []
             by_digest: dict[str, EventT] = {}

@@ -13,7 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient
-from pipeline.messages import TranslationRequest
+from pipeline.messages import TranslationRequest, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC
 from pipeline.settings import KafkaSettings
 
@@ -34,7 +34,7 @@ class LoadReport:
         p50, p95, p99 = (np.percentile(latencies, [50, 95, 99]) if len(latencies)
                          else (float("nan"),) * 3)
         span_ms = (
-            max(r.completed_at for r in results) - min(r.submitted_at for r in self.requests)
+            max(r.completed_at for r in results) - min(r.submitted_at for r in results)
             if results else 0
         )
         span_s = max(span_ms / 1000, 1e-9)
@@ -95,4 +95,7 @@ def _publish(
     for i in range(0, len(requests), chunk):
         due = start + i / rate
         time.sleep(max(0.0, due - time.monotonic()))
-        client.submit(requests[i : i + chunk], topic=topic)
+        # Stamp at send time: pacing delay is not pipeline latency.
+        sent = now_ms()
+        batch = [r.model_copy(update={"submitted_at": sent}) for r in requests[i : i + chunk]]
+        client.submit(batch, topic=topic)

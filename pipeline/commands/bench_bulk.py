@@ -174,7 +174,8 @@ def measure_interference(
         "with_bulk": loaded,
         "worker": {"max_messages": settings.worker.max_messages,
                    "max_wait_s": settings.worker.max_wait_s,
-                   "bulk_share": settings.worker.bulk_share},
+                   "bulk_max_messages": settings.worker.bulk_max_messages,
+                   "bulk_token_budget": settings.worker.bulk_token_budget},
         "machine": _machine(),
     }
 

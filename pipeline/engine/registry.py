@@ -13,6 +13,7 @@
     suppress_tokens = [">>en<<"]    # tokens never to generate (e.g. language tokens)
     compute_type = "auto"           # auto | int8 | int8_float16 | float16 | float32 | ...
     max_input_tokens = 512          # longer texts are split (see engine.translator)
+    max_output_tokens = 1024        # decoding cap: the model's position limit
     model_id = "demo"               # optional; defaults to the model dir's name
 
 Parsing checks the file's shape only; :meth:`Registry.entries` checks the
@@ -62,6 +63,7 @@ _KEYS = frozenset(
         "suppress_tokens",
         "compute_type",
         "max_input_tokens",
+        "max_output_tokens",
         "description",
     }
 )
@@ -92,6 +94,7 @@ class PairEntry:
     suppress_tokens: tuple[str, ...] = ()
     compute_type: str = "auto"
     max_input_tokens: int = 1024
+    max_output_tokens: int = 1024
     description: str = ""
 
     def problems(self) -> list[str]:
@@ -201,6 +204,7 @@ class Registry:
             lines.append(f"{key} = [{', '.join(_toml_str(t) for t in getattr(entry, key))}]")
         lines.append(f"compute_type = {_toml_str(entry.compute_type)}")
         lines.append(f"max_input_tokens = {entry.max_input_tokens}")
+        lines.append(f"max_output_tokens = {entry.max_output_tokens}")
         if entry.description:
             lines.append(f"description = {_toml_str(entry.description)}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,9 +236,11 @@ def _entry(item: Any, base: Path, where: str) -> PairEntry:
             "to the SentencePiece model file"
         )
     compute_type = check_compute_type(str(item.get("compute_type", "auto")), where)
-    max_input = item.get("max_input_tokens", 1024)
-    if not isinstance(max_input, int) or max_input < 2:
-        raise ConfigError(f"{where}: max_input_tokens must be an integer >= 2")
+    limits = {}
+    for key in ("max_input_tokens", "max_output_tokens"):
+        limits[key] = item.get(key, 1024)
+        if not isinstance(limits[key], int) or limits[key] < 2:
+            raise ConfigError(f"{where}: {key} must be an integer >= 2")
     return PairEntry(
         pair=pair,
         model_dir=model_dir,
@@ -246,7 +252,8 @@ def _entry(item: Any, base: Path, where: str) -> PairEntry:
         source_suffix=_tokens(item, "source_suffix", where),
         suppress_tokens=_tokens(item, "suppress_tokens", where),
         compute_type=compute_type,
-        max_input_tokens=max_input,
+        max_input_tokens=limits["max_input_tokens"],
+        max_output_tokens=limits["max_output_tokens"],
         description=str(item.get("description", "")),
     )
 

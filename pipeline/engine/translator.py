@@ -267,7 +267,11 @@ class CTranslate2Translator(Translator):
                 beam_size=self.beam_size,
                 max_input_length=0,  # never truncate; long texts were split above
                 suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
-                max_decoding_length=int(longest * self.decoding_ratio) + 16 + len(prefix),
+                # Never past the model's positions, whatever the input length.
+                max_decoding_length=min(
+                    int(longest * self.decoding_ratio) + 16 + len(prefix),
+                    entry.max_output_tokens,
+                ),
             )
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"{entry.pair.id}: translation failed: {exc}") from exc

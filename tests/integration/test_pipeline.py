@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import confluent_kafka
 import pytest
 
-from pipeline.client import TranslationClient, build_requests
+from pipeline.client import RequestOptions, TranslationClient, build_requests
 from pipeline.local_worker import WorkerProcess
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
@@ -165,7 +165,10 @@ def test_thousand_requests_with_repeats_and_redis_outage(
 def test_killed_worker_loses_nothing(settings: Settings, worker: WorkerProcess) -> None:
     """SIGKILL mid-stream (no graceful commit), restart: every request still gets a result."""
     marker = uuid.uuid4().hex[:8]
-    requests = build_requests([f"Restart {marker} {i}" for i in range(400)], EN_XA)
+    # A deadline long enough to outlive the restart: every request must come back ok.
+    requests = build_requests(
+        [f"Restart {marker} {i}" for i in range(400)], EN_XA, RequestOptions(timeout_ms=600_000)
+    )
     wanted = {r.request_id for r in requests}
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
     with TranslationClient(settings.kafka) as client:
@@ -178,4 +181,4 @@ def test_killed_worker_loses_nothing(settings: Settings, worker: WorkerProcess) 
     by_id = results_by_id(records)
     assert seen_before_crash < len(wanted), "crash came too late to test anything"
     assert wanted <= set(by_id)
-    assert all(by_id[rid][0].status == "ok" for rid in wanted)
+    assert {by_id[rid][0].status for rid in wanted} == {"ok"}
