@@ -23,4 +23,7 @@ DEMO_MODEL_ID = "babelstream-demo-enxa"
 SPM_FILE = "spm.model"
 LANG_TOKENS: dict[str, str] = {"en": ">>en<<", "en-XA": ">>en-XA<<"}
 DEMO_PAIRS: tuple[str, ...] = ("en_en-XA", "en-XA_en")
-MAX_INPUT_TOKENS = 512
+# Trained on sentences of up to ~45 words (~350 characters): longer input is
+# split before it reaches the model, and decoding stays inside its 1024 positions.
+MAX_INPUT_TOKENS = 400
+MAX_OUTPUT_TOKENS = 1000

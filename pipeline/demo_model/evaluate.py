@@ -20,6 +20,7 @@ from pipeline.demo_model import (
     DEMO_PAIRS,
     LANG_TOKENS,
     MAX_INPUT_TOKENS,
+    MAX_OUTPUT_TOKENS,
     SPM_FILE,
 )
 from pipeline.demo_model.pseudo import to_pseudo
@@ -81,6 +82,7 @@ def demo_entries(model_dir: Path) -> list[PairEntry]:
             source_suffix=("</s>",),
             suppress_tokens=tuple(LANG_TOKENS.values()),
             max_input_tokens=MAX_INPUT_TOKENS,
+            max_output_tokens=MAX_OUTPUT_TOKENS,
         )
         for pair_id in DEMO_PAIRS
     ]
