@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from pipeline.client import TranslationClient, build_requests
+from pipeline.client import ReplyBatch, TranslationClient, build_requests
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.pairs import Pair
 from pipeline.settings import load_settings
@@ -22,7 +22,7 @@ SAMPLES = [
     "Hello world, 42 times!",
     "The quick brown fox jumps over the lazy dog.",
     "Kafka moves the requests; the workers translate them in batches.",
-    "Please send the invoice to Zoë before Friday.",
+    "Please send the invoice to Chloe before Friday.",
     "Queues, caches and deadlines keep latency low.",
     "Margaret bought 3 kilos of apples in Ljubljana.",
     "Every accepted request ends as a result.",
@@ -37,7 +37,15 @@ def main() -> int:
     log_path = settings.stack.home / "log" / "demo-worker.log"
     print(f"starting a worker (log: {log_path}) ...", flush=True)
     with WorkerProcess(settings, log_path=log_path), TranslationClient(settings.kafka) as client:
-        forward = client.translate(build_requests(texts, DEMO_PAIR), timeout_s=120)
+        # First the distinct samples (the model translates them), then the repeats
+        # (answered by the dedup window / caches).
+        first = client.translate(build_requests(SAMPLES, DEMO_PAIR), timeout_s=120)
+        repeats = client.translate(build_requests(texts[len(SAMPLES):], DEMO_PAIR),
+                                   timeout_s=120)
+        forward = ReplyBatch(
+            results={**first.results, **repeats.results},
+            request_ids=first.request_ids + repeats.request_ids,
+        )
         back_texts = [r.translation or "" for r in forward.ordered[: len(SAMPLES)] if r]
         back = client.translate(build_requests(back_texts, Pair("en-XA", "en")), timeout_s=120)
 
