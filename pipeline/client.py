@@ -53,6 +53,23 @@ class ReplyBatch:
         return not self.missing and all(r.status == "ok" for r in self.results.values())
 
 
+def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) -> KafkaProducer:
+    """A kafka-python producer that never loses an acknowledged record.
+
+    acks=all and an idempotent producer with retries: a retried send is not
+    written twice.
+    """
+    return KafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        client_id=f"{settings.client_id}-{role}",
+        acks="all",
+        retries=10,
+        enable_idempotence=True,
+        linger_ms=linger_ms,
+        request_timeout_ms=settings.request_timeout_ms,
+    )
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex
 
@@ -88,15 +105,7 @@ class TranslationClient:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
-        self._producer = KafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=f"{settings.client_id}-client",
-            acks="all",
-            retries=10,
-            enable_idempotence=True,
-            linger_ms=5,
-            request_timeout_ms=settings.request_timeout_ms,
-        )
+        self._producer = reliable_producer(settings, "client")
 
     def __enter__(self) -> TranslationClient:
         return self

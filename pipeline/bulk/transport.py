@@ -11,11 +11,12 @@ import logging
 from collections.abc import Sequence
 from types import TracebackType
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from pipeline.bulk import BulkError
+from pipeline.client import reliable_producer
 from pipeline.messages import TranslationResult
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import KafkaSettings
@@ -29,15 +30,7 @@ class BulkPublisher:
     def __init__(self, settings: KafkaSettings, topic: str) -> None:
         self._settings = settings
         self._topic = topic
-        self._producer = KafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=f"{settings.client_id}-bulk",
-            acks="all",
-            retries=10,
-            enable_idempotence=True,
-            linger_ms=20,
-            request_timeout_ms=settings.request_timeout_ms,
-        )
+        self._producer = reliable_producer(settings, "bulk", linger_ms=20)
 
     def __enter__(self) -> BulkPublisher:
         return self

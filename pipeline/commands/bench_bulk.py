@@ -35,7 +35,7 @@ from pipeline.client import (
     TranslationClient,
     build_requests,
 )
-from pipeline.commands.bench_pipeline import _machine, _worker_stats
+from pipeline.commands.bench_pipeline import machine_info, worker_stats
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.messages import TranslationRequest
@@ -82,10 +82,10 @@ def _interactive(settings: Settings, n: int, rate: float, seed: int) -> dict[str
 def _wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
     """Until the worker's engine stops working (so no bulk backlog outlives the bench)."""
     deadline = time.monotonic() + limit_s
-    last, since = _worker_stats(settings)["engine_texts"], time.monotonic()
+    last, since = worker_stats(settings)["engine_texts"], time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
         time.sleep(0.5)
-        now = _worker_stats(settings)["engine_texts"]
+        now = worker_stats(settings)["engine_texts"]
         if now != last:
             last, since = now, time.monotonic()
 
@@ -176,7 +176,7 @@ def measure_interference(
                    "max_wait_s": settings.worker.max_wait_s,
                    "bulk_max_messages": settings.worker.bulk_max_messages,
                    "bulk_token_budget": settings.worker.bulk_token_budget},
-        "machine": _machine(),
+        "machine": machine_info(),
     }
 
 

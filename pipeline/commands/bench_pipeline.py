@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from pipeline.bench.naive import NAIVE_TOPIC
 from pipeline.bench.workload import make_texts
 from pipeline.client import RequestOptions, build_requests
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.messages import TranslationRequest
 from pipeline.settings import Settings
 
 
@@ -33,23 +36,21 @@ def _options(f):  # type: ignore[no-untyped-def]
     return f
 
 
-def _machine() -> dict[str, Any]:
-    import os
-
+def machine_info() -> dict[str, Any]:
+    """What the figures were measured on."""
     return {"cpus": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version()}
 
 
-def _requests(n: int, repeat_ratio: float):  # type: ignore[no-untyped-def]
+def _requests(n: int, repeat_ratio: float) -> list[TranslationRequest]:
     # A fresh tenant per run: earlier runs' cache entries cannot answer this one.
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
     texts = make_texts(n, repeat_ratio)
     return build_requests(texts, DEMO_PAIR, RequestOptions(timeout_ms=600_000, tenant=tenant))
 
 
-def _worker_stats(settings: Settings) -> dict[str, Any]:
-    import urllib.request
-
+def worker_stats(settings: Settings) -> dict[str, Any]:
+    """The running worker's counters (``/babelstream/stats`` on its web port)."""
     url = f"http://127.0.0.1:{settings.worker.web_port}/babelstream/stats"
     with urllib.request.urlopen(url, timeout=5) as response:
         return json.load(response)
@@ -71,9 +72,9 @@ def measure_e2e(settings: Settings, n: int, repeat_ratio: float, rate: float | N
     """Start a worker, run the load through the whole pipeline, stop the worker."""
     log_path = settings.stack.home / "log" / "bench-worker.log"
     with WorkerProcess(settings, log_path=log_path):
-        before = _worker_stats(settings)
+        before = worker_stats(settings)
         report = run_load(settings.kafka, _requests(n, repeat_ratio), rate=rate)
-        after = _worker_stats(settings)
+        after = worker_stats(settings)
     sizes = {k: v - before["engine_batch_sizes"].get(k, 0)
              for k, v in after["engine_batch_sizes"].items()}
     takes = {k: v - before["take_sizes"].get(k, 0) for k, v in after["take_sizes"].items()}
@@ -88,7 +89,7 @@ def measure_e2e(settings: Settings, n: int, repeat_ratio: float, rate: float | N
         "engine_batch_sizes": {k: v for k, v in sizes.items() if v},
         "take_sizes": {k: v for k, v in takes.items() if v},
         "settings": _settings_used(settings, n, repeat_ratio, rate),
-        "machine": _machine(),
+        "machine": machine_info(),
     }
 
 
@@ -115,7 +116,7 @@ def measure_naive(settings: Settings, n: int, repeat_ratio: float, rate: float |
     return {
         "bench": "naive", **report.summary(), "padding_ratio": 0.0,
         "engine_batch_sizes": {"1": report.summary()["results"]},
-        "settings": _settings_used(settings, n, repeat_ratio, rate), "machine": _machine(),
+        "settings": _settings_used(settings, n, repeat_ratio, rate), "machine": machine_info(),
     }
 
 
