@@ -56,6 +56,8 @@ class BatchStats:
     engine_seconds: float = 0.0
     engine_input_tokens: int = 0
     engine_output_tokens: int = 0
+    # set when the batch failed outside the engine and every request got an error
+    failure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,31 @@ class TranslationChain:
     async def process(
         self, items: Sequence[WorkItem]
     ) -> tuple[list[TranslationResult], BatchStats]:
-        """Results in input order, one per item."""
+        """Results in input order, one per item; never raises for a bad batch.
+
+        Engine failures are narrowed down to their requests inside; anything
+        else that breaks (a bug, a failing table) turns the whole batch into
+        ``error`` results, so every request still ends as a result and the
+        agent keeps running.
+        """
+        try:
+            return await self._process(items)
+        except Exception as exc:
+            log.exception("micro-batch of %d failed outside the engine", len(items))
+            failure = f"{type(exc).__name__}: {exc}"
+            done = self._clock()
+            results = [
+                TranslationResult.for_request(
+                    item.request, status="error", error=failure, model=self._model_id,
+                    completed_at=done, worker=self._worker,
+                )
+                for item in items
+            ]
+            return results, BatchStats(size=len(items), errors=len(items), failure=failure)
+
+    async def _process(
+        self, items: Sequence[WorkItem]
+    ) -> tuple[list[TranslationResult], BatchStats]:
         stats = BatchStats(size=len(items))
         started = self._clock()
         live, expired = split_expired(items, started, self._default_timeout_ms)

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import faust
@@ -47,6 +47,8 @@ from workers.dedup import FaustDedupWindow
 from workers.stats import WorkerStats
 
 log = logging.getLogger(__name__)
+
+Send = Callable[[str, bytes | None, bytes, Headers], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,10 @@ def create_app(
     return app
 
 
-def _add_pair_agents(app, ctx, entry, topic, send) -> None:  # type: ignore[no-untyped-def]
+def _add_pair_agents(
+    app: faust.App, ctx: WorkerContext, entry: ServedPair,
+    topic: Callable[[str], faust.TopicT], send: Send,
+) -> None:
     s = ctx.settings
     window_s = s.worker.dedup_window_s
     table = app.Table(
@@ -189,7 +194,10 @@ def _add_pair_agents(app, ctx, entry, topic, send) -> None:  # type: ignore[no-u
         )(_translation_agent(ctx, chain, window, send, entry, take))
 
 
-def _translation_agent(ctx, chain, window, send, entry, take):  # type: ignore[no-untyped-def]
+def _translation_agent(
+    ctx: WorkerContext, chain: TranslationChain, window: FaustDedupWindow, send: Send,
+    entry: ServedPair, take: int,
+) -> Callable[[StreamT], Awaitable[None]]:
     s = ctx.settings
     model_id = entry.model_id
     pair_id = entry.pair.id
@@ -241,15 +249,10 @@ def _translation_agent(ctx, chain, window, send, entry, take):  # type: ignore[n
                 for item, h in zip(items, item_headers, strict=True)
             ]
             began = time.perf_counter()
-            try:
-                with trace.use_span(batch_span, end_on_exit=False):
-                    results, stats = await chain.process(items)
-            except BaseException as exc:
-                for span in [*spans, batch_span]:
-                    span.record_exception(exc)
-                    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                    span.end()
-                raise
+            with trace.use_span(batch_span, end_on_exit=False):
+                results, stats = await chain.process(items)
+            if stats.failure:
+                batch_span.set_status(Status(StatusCode.ERROR, stats.failure))
             duration = time.perf_counter() - began
             ctx.stats.record(stats)
             metrics.record_batch(pair_id, stats, results, duration)

@@ -181,3 +181,18 @@ def test_l1_can_be_disabled_or_tiny(size: int) -> None:
     l1 = LruCache(size)
     l1.put_many({"a": CachedTranslation("A", "m", 1, 1), "b": CachedTranslation("B", "m", 1, 1)})
     assert len(l1) == size
+
+
+class BrokenWindow(DictWindow):
+    def get(self, item: WorkItem) -> CachedTranslation | None:
+        raise RuntimeError("table unavailable")
+
+
+def test_failure_outside_the_engine_still_answers_every_request() -> None:
+    translator = RecordingTranslator()
+    items = [item("a", "1"), item("b", "2")]
+    results, stats = run(make_chain(translator, window=BrokenWindow()), items)
+    assert [r.request_id for r in results] == ["1", "2"]
+    assert {r.status for r in results} == {"error"}
+    assert "table unavailable" in (results[0].error or "")
+    assert stats.failure and stats.errors == 2
