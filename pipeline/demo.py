@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import random
 import sys
+import time
 
 import numpy as np
 
@@ -17,6 +18,8 @@ from pipeline.client import ReplyBatch, TranslationClient, build_requests
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.pairs import Pair
 from pipeline.settings import load_settings
+
+REPEATS_AFTER_S = 3.0
 
 SAMPLES = [
     "Hello world, 42 times!",
@@ -37,17 +40,20 @@ def main() -> int:
     log_path = settings.stack.home / "log" / "demo-worker.log"
     print(f"starting a worker (log: {log_path}) ...", flush=True)
     with WorkerProcess(settings, log_path=log_path), TranslationClient(settings.kafka) as client:
-        # First the distinct samples (the model translates them), then the repeats
-        # (answered by the dedup window / caches).
+        # The distinct samples (the model translates them) and their round trip,
+        # then, a little later, the repeats (answered by the dedup window and
+        # caches). The later traffic also moves the SLA job's event-time
+        # watermark past the first windows of both pairs (README: SLA job).
         first = client.translate(build_requests(SAMPLES, DEMO_PAIR), timeout_s=120)
+        back_texts = [r.translation or "" for r in first.ordered if r]
+        back = client.translate(build_requests(back_texts, Pair("en-XA", "en")), timeout_s=120)
+        time.sleep(REPEATS_AFTER_S)
         repeats = client.translate(build_requests(texts[len(SAMPLES):], DEMO_PAIR),
                                    timeout_s=120)
         forward = ReplyBatch(
             results={**first.results, **repeats.results},
             request_ids=first.request_ids + repeats.request_ids,
         )
-        back_texts = [r.translation or "" for r in forward.ordered[: len(SAMPLES)] if r]
-        back = client.translate(build_requests(back_texts, Pair("en-XA", "en")), timeout_s=120)
 
     print("\n== en -> en-XA (first pass, then repeats) ==")
     for text, result in zip(texts, forward.ordered, strict=True):
