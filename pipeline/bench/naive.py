@@ -7,9 +7,9 @@ no caching, no dedup.
 
 from __future__ import annotations
 
-import argparse
 import time
 
+import click
 from kafka import KafkaConsumer, KafkaProducer
 
 from pipeline.engine.translator import CTranslate2Translator
@@ -21,6 +21,7 @@ NAIVE_TOPIC = "translate.bench.naive"
 
 
 def serve(topic: str, group: str, idle_exit_s: float) -> None:
+    """Consume, translate one request, produce its result, commit; repeat until idle."""
     settings = load_settings()
     translator = CTranslate2Translator.from_settings(settings.engine)
     consumer = KafkaConsumer(
@@ -49,10 +50,15 @@ def serve(topic: str, group: str, idle_exit_s: float) -> None:
     producer.close()
 
 
+@click.command()
+@click.option("--topic", default=NAIVE_TOPIC, show_default=True)
+@click.option("--group", required=True, help="Consumer group (fresh per run).")
+@click.option("--idle-exit", type=float, default=600.0, show_default=True,
+              help="Exit after this many seconds without a message.")
+def main(topic: str, group: str, idle_exit: float) -> None:
+    """Serve the naive baseline until idle (started by ``babelstream bench naive``)."""
+    serve(topic, group, idle_exit)
+
+
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--topic", default=NAIVE_TOPIC)
-    parser.add_argument("--group", required=True)
-    parser.add_argument("--idle-exit", type=float, default=600.0)
-    args = parser.parse_args()
-    serve(args.topic, args.group, args.idle_exit)
+    main()
