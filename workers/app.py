@@ -209,16 +209,17 @@ def _translation_agent(
             by_digest: dict[str, EventT] = {}
             for event in events:
                 msg = event.message
+                headers = _headers(event)
                 ref = RecordRef(msg.topic, msg.partition, msg.offset)
                 decoded = decode_request(msg.key, msg.value, ref, s.limits)
                 if not isinstance(decoded, Accepted):
                     # Someone produced straight to a work topic, bypassing the router.
-                    await send(DLQ_TOPIC, msg.key, decoded.dead_letter.to_json(), _headers(event))
+                    await send(DLQ_TOPIC, msg.key, decoded.dead_letter.to_json(), headers)
                     continue
                 request = decoded.request
                 item = WorkItem(request, request_digest(request, model_id))
                 items.append(item)
-                item_headers.append(_headers(event))
+                item_headers.append(headers)
                 by_digest.setdefault(item.digest, event)
             if not items:
                 continue

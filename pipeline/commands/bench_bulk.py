@@ -25,21 +25,16 @@ import click
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.bench.load import LoadReport
+from pipeline.bench.load import run_load
 from pipeline.bench.workload import make_texts
 from pipeline.bulk.state import JobState
 from pipeline.client import (
-    ReplyBatch,
     RequestOptions,
-    ResultListener,
-    TranslationClient,
     build_requests,
 )
 from pipeline.commands.bench_pipeline import machine_info, worker_stats
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.messages import TranslationRequest
-from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import Settings
 
 
@@ -57,26 +52,10 @@ def make_documents(n: int, seed: int = 11) -> list[str]:
 
 
 def _interactive(settings: Settings, n: int, rate: float, seed: int) -> dict[str, Any]:
-    """Paced interactive load; each request is stamped when it is sent, so latency is real."""
+    """Paced interactive load (each request stamped when it is sent, so latency is real)."""
     options = RequestOptions(timeout_ms=600_000, tenant=f"bench-i-{uuid.uuid4().hex[:8]}")
-    texts = make_texts(n, 0.0, seed=seed)
-    chunk = max(1, int(rate / 20))  # ~20 sends a second
-    requests: list[TranslationRequest] = []
-    replies = ReplyBatch()
-    started = time.monotonic()
-    with TranslationClient(settings.kafka) as client, ResultListener(
-        settings.kafka, [RESULTS_TOPIC]
-    ) as listener:
-        for i in range(0, n, chunk):
-            batch = build_requests(texts[i : i + chunk], DEMO_PAIR, options)
-            client.submit(batch)
-            requests.extend(batch)
-            replies.request_ids.extend(r.request_id for r in batch)
-            next_due = started + (i + chunk) / rate
-            listener.collect(replies, max(0.0, next_due - time.monotonic()))
-            time.sleep(max(0.0, next_due - time.monotonic()))
-        listener.collect(replies, 600)
-    return LoadReport(requests, replies, time.monotonic() - started).summary()
+    requests = build_requests(make_texts(n, 0.0, seed=seed), DEMO_PAIR, options)
+    return run_load(settings.kafka, requests, rate=rate).summary()
 
 
 def _wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:

@@ -116,9 +116,10 @@ def measure_naive(settings: Settings, n: int, repeat_ratio: float, rate: float |
     with _naive_process(settings):
         report = run_load(settings.kafka, _requests(n, repeat_ratio), rate=rate,
                           topic=NAIVE_TOPIC)
+    summary = report.summary()
     return {
-        "bench": "naive", **report.summary(), "padding_ratio": 0.0,
-        "engine_batch_sizes": {"1": report.summary()["results"]},
+        "bench": "naive", **summary, "padding_ratio": 0.0,
+        "engine_batch_sizes": {"1": summary["results"]},
         "settings": _settings_used(settings, n, repeat_ratio, rate), "machine": machine_info(),
     }
 
