@@ -13,6 +13,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings
@@ -60,13 +61,11 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     written twice.
     """
     return KafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers,
-        client_id=f"{settings.client_id}-{role}",
+        **kafka_python_options(settings, role),
         acks="all",
         retries=10,
         enable_idempotence=True,
         linger_ms=linger_ms,
-        request_timeout_ms=settings.request_timeout_ms,
     )
 
 
@@ -174,8 +173,7 @@ class ResultListener:
 
     def __init__(self, settings: KafkaSettings, topics: Iterable[str]) -> None:
         self._consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=f"{settings.client_id}-replies",
+            **kafka_python_options(settings, "replies"),
             group_id=None,
             enable_auto_commit=False,
         )

@@ -32,6 +32,10 @@ class _Section(BaseModel):
 
 class KafkaSettings(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
+    # every topic the project creates (work topics, results, changelogs, SLA);
+    # 1 / 1 on a single broker, 3 / 2 on a cluster
+    replication_factor: int = Field(1, ge=1)
+    min_insync_replicas: int = Field(1, ge=1)
     ingress_partitions: int = Field(6, ge=1)
     pair_partitions: int = Field(4, ge=1)
     results_partitions: int = Field(4, ge=1)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from pipeline.bulk import BulkError
 from pipeline.client import reliable_producer
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import TranslationResult
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import KafkaSettings
@@ -62,8 +63,7 @@ class JobResults:
         self._job_id = job_id
         self._marker = job_id.encode()
         self._consumer = KafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=f"{settings.client_id}-bulk-results",
+            **kafka_python_options(settings, "bulk-results"),
             group_id=None,
             enable_auto_commit=False,
             max_poll_records=2000,

@@ -22,7 +22,7 @@ from pipeline.client import RequestOptions, build_requests
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.messages import TranslationRequest
 from pipeline.settings import Settings
-from pipeline.stack.topics import ensure_topics
+from pipeline.stack.topics import TopicSpec, ensure_topics
 
 
 def _options(f):  # type: ignore[no-untyped-def]
@@ -98,7 +98,7 @@ def measure_e2e(settings: Settings, n: int, repeat_ratio: float, rate: float | N
 def _naive_process(settings: Settings) -> Iterator[None]:
     group = f"bench-naive-{uuid.uuid4().hex[:8]}"
     # Same partition count as a pair topic, created up front (not by auto-create).
-    ensure_topics(settings.kafka.bootstrap_servers, {NAIVE_TOPIC: settings.kafka.pair_partitions})
+    ensure_topics(settings.kafka, {NAIVE_TOPIC: TopicSpec(settings.kafka.pair_partitions)})
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.bench.naive", "--group", group])
     try:
         # Warm-up: model loaded and partitions assigned before the clock starts.

@@ -110,12 +110,12 @@ def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     """Start whatever is not running, wait until healthy, create topics (idempotent)."""
     for service in services(settings):
         _start(service, settings.stack.start_timeout_s, report)
-    kafka = KafkaService(settings)
     specs = topic_specs(settings)
-    created, mismatched = ensure_topics(kafka.address, specs)
-    report(f"topics: {len(created)} created, {len(specs) - len(created)} already present")
-    for name in mismatched:
-        report(f"topics: warning: {name} exists with a partition count other than configured")
+    ensured = ensure_topics(settings.kafka, specs)
+    report(f"topics: {len(ensured.created)} created, "
+           f"{len(specs) - len(ensured.created)} already present")
+    for name, (actual, wanted) in ensured.mismatched.items():
+        report(f"topics: warning: {name} has {actual} partitions, configured {wanted}")
     return status(settings)
 
 

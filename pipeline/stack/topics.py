@@ -1,9 +1,19 @@
-"""The design's topics and their partition counts, created idempotently."""
+"""The design's topics: their partition counts and configs, created idempotently.
+
+Replication factor and ``min.insync.replicas`` come from :class:`KafkaSettings`
+(1 / 1 on a single node, 3 / 2 on a cluster), never from literals. The local
+stack (``babelstream up``) and the worker (before it consumes) both go
+through :func:`ensure_topics`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pipeline.kafka_clients import admin_client
 from pipeline.pairs import (
     DLQ_TOPIC,
     REQUESTS_TOPIC,
@@ -13,50 +23,85 @@ from pipeline.pairs import (
     bulk_topic,
     pair_topic,
 )
-from pipeline.settings import Settings
+from pipeline.settings import KafkaSettings, Settings
 
 if TYPE_CHECKING:
     from kafka import KafkaAdminClient
 
 
-def topic_specs(settings: Settings) -> dict[str, int]:
-    """Topic name -> partition count for everything ``babelstream up`` creates."""
+@dataclass(frozen=True)
+class TopicSpec:
+    """How one topic is created: its partitions and topic-level configs."""
+
+    partitions: int
+    config: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnsureReport:
+    """What :func:`ensure_topics` found and did."""
+
+    created: list[str]
+    # existing topics whose partition count differs from the spec (left as they are)
+    mismatched: dict[str, tuple[int, int]]
+
+
+def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
+    """Every topic ``babelstream up`` creates."""
     kafka = settings.kafka
     specs = {
-        REQUESTS_TOPIC: kafka.ingress_partitions,
-        RESULTS_TOPIC: kafka.results_partitions,
-        DLQ_TOPIC: kafka.dlq_partitions,
-        SLA_TOPIC: kafka.sla_partitions,
+        REQUESTS_TOPIC: TopicSpec(kafka.ingress_partitions),
+        RESULTS_TOPIC: TopicSpec(kafka.results_partitions),
+        DLQ_TOPIC: TopicSpec(kafka.dlq_partitions),
+        SLA_TOPIC: TopicSpec(kafka.sla_partitions),
     }
     for pair_id in settings.stack.pairs:
-        pair = Pair.parse(pair_id)
-        specs[pair_topic(pair)] = kafka.pair_partitions
-        specs[bulk_topic(pair)] = kafka.pair_partitions
+        specs.update(pair_topic_specs(kafka, Pair.parse(pair_id)))
     return specs
 
 
-def ensure_topics(bootstrap_servers: str, specs: dict[str, int]) -> tuple[list[str], list[str]]:
-    """Create the missing topics (replication 1).
+def pair_topic_specs(kafka: KafkaSettings, pair: Pair) -> dict[str, TopicSpec]:
+    """The interactive and bulk work topics of one pair."""
+    return {
+        pair_topic(pair): TopicSpec(kafka.pair_partitions),
+        bulk_topic(pair): TopicSpec(kafka.pair_partitions),
+    }
 
-    Returns (created, mismatched): the names created now, and existing topics
-    whose partition count differs from ``specs`` (left as they are).
-    """
-    from kafka import KafkaAdminClient
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="babelstream-stack")
+def ensure_topics(kafka: KafkaSettings, specs: Mapping[str, TopicSpec]) -> EnsureReport:
+    """Create the missing topics with the configured replication; report mismatches."""
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = admin_client(kafka, "topics")
     try:
         existing = partition_counts(admin, list(specs))
-        missing = {name: n for name, n in specs.items() if name not in existing}
+        missing = {name: spec for name, spec in specs.items() if name not in existing}
         if missing:
-            admin.create_topics(
-                {name: {"num_partitions": n, "replication_factor": 1}
-                 for name, n in missing.items()},
-                wait_for_metadata=True,
-            )
+            # Another process may create one in between: then it exists, which is the point.
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(
+                    {
+                        name: {
+                            "num_partitions": spec.partitions,
+                            "replication_factor": kafka.replication_factor,
+                            "configs": _configs(kafka, spec),
+                        }
+                        for name, spec in missing.items()
+                    },
+                    wait_for_metadata=True,
+                )
     finally:
         admin.close()
-    mismatched = [name for name, n in existing.items() if n != specs[name]]
-    return sorted(missing), mismatched
+    mismatched = {
+        name: (count, specs[name].partitions)
+        for name, count in existing.items()
+        if count != specs[name].partitions
+    }
+    return EnsureReport(sorted(missing), mismatched)
+
+
+def _configs(kafka: KafkaSettings, spec: TopicSpec) -> dict[str, str]:
+    return {"min.insync.replicas": str(kafka.min_insync_replicas), **spec.config}
 
 
 def partition_counts(admin: KafkaAdminClient, topics: list[str]) -> dict[str, int]:
