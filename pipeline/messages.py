@@ -48,7 +48,10 @@ Metadata = Annotated[
 
 Headers = list[tuple[str, bytes]]  # Kafka record headers (W3C trace context travels here)
 
-Status = Literal["ok", "timeout", "error"]
+# ok: translated; timeout: deadline passed before translation; error: failed for a reason
+# of its own (input-caused); cancelled: its caller cancelled it before translation;
+# rejected: refused by policy (e.g. a tenant quota), with retry_after_ms when retrying helps
+Status = Literal["ok", "timeout", "error", "cancelled", "rejected"]
 CacheLevel = Literal["miss", "l1", "l2", "window"]
 
 
@@ -119,6 +122,9 @@ class TranslationResult(_Message):
     status: Status
     translation: str | None = None
     error: str | None = None
+    # machine-readable cause of a non-ok status (limit_exceeded, bad_markup, quota_exceeded, ...)
+    reason: ShortLabel | None = None
+    retry_after_ms: Count | None = None
     model: str | None = None
     cache: CacheLevel | None = None
     submitted_at: EpochMs
