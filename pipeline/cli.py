@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "bulk": "pipeline.commands.bulk:bulk",
     "sla": "pipeline.commands.sla:sla",
     "dashboard": "pipeline.commands.dashboard:dashboard",
+    "cancel": "pipeline.commands.cancel:cancel",
+    "dlq": "pipeline.commands.dlq:dlq",
 }
 
 

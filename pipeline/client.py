@@ -16,11 +16,11 @@ from pydantic import ValidationError
 from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
-from pipeline.settings import KafkaSettings
+from pipeline.replies import ReplyTopic
+from pipeline.settings import KafkaSettings, ReplySettings
 from pipeline.tracing import SPAN_SUBMIT, extract_context, has_trace_context, inject_headers, tracer
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,8 @@ class ReplyBatch:
 
     results: dict[str, TranslationResult] = field(default_factory=dict)
     request_ids: list[str] = field(default_factory=list)
+    # results read that belong to other callers (0 with a reply topic of one's own)
+    foreign: int = 0
 
     @property
     def missing(self) -> list[str]:
@@ -102,8 +104,16 @@ class TranslationClient:
     idempotent producer with retries), so one pair's requests stay in order.
     """
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(
+        self, settings: KafkaSettings, replies: ReplySettings | None = None,
+        reply_topic: str | None = None,
+    ) -> None:
+        """``replies`` given: each :meth:`translate` call reads a reply topic of its own
+        (``reply_topic``, kept, or an ephemeral one deleted after the call) instead of
+        scanning the shared results topic."""
         self._settings = settings
+        self._replies = replies
+        self._reply_topic = reply_topic
         self._producer = reliable_producer(settings, "client")
 
     def __enter__(self) -> TranslationClient:
@@ -160,6 +170,16 @@ class TranslationClient:
         headers: Headers | None = None,
     ) -> ReplyBatch:
         """Submit and wait for one result per request id (first one wins)."""
+        if self._replies is None:
+            return self._translate(requests, timeout_s, headers)
+        with ReplyTopic.for_call(self._settings, self._replies, self._reply_topic) as topic:
+            own = [r if r.reply_to else r.model_copy(update={"reply_to": topic.name})
+                   for r in requests]
+            return self._translate(own, timeout_s, headers)
+
+    def _translate(
+        self, requests: Sequence[TranslationRequest], timeout_s: float, headers: Headers | None,
+    ) -> ReplyBatch:
         replies = ReplyBatch(request_ids=[r.request_id for r in requests])
         topics = {r.reply_to or RESULTS_TOPIC for r in requests}
         with ResultListener(self._settings, topics) as listener:
@@ -206,6 +226,7 @@ class ResultListener:
     def collect(self, replies: ReplyBatch, timeout_s: float) -> None:
         """Poll until every awaited id has a result or the timeout passes."""
         wanted = set(replies.missing)
+        ours = set(replies.request_ids)
         deadline = time.monotonic() + timeout_s
         while wanted and time.monotonic() < deadline:
             batches = self._consumer.poll(timeout_ms=200)
@@ -219,3 +240,5 @@ class ResultListener:
                     if result.request_id in wanted:
                         replies.results[result.request_id] = result
                         wanted.discard(result.request_id)
+                    elif result.request_id not in ours:
+                        replies.foreign += 1

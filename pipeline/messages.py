@@ -15,7 +15,7 @@ import json
 import time
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.pairs import Pair
 
@@ -204,11 +204,83 @@ class SlaWindow(_Message):
     cache_hit_ratio: Ratio
 
 
+class CancelRequest(_Message):
+    """Cancels one request, or every segment of one bulk job, not yet translated.
+
+    Published to ``translate.cancel`` (compacted), keyed by the request id or
+    ``job:<job id>``. It applies
+    to requests submitted (``submitted_at``) up to ``cancelled_at``, so a bulk job
+    rerun after a cancel, which reuses its segments' request ids, is translated.
+    """
+
+    schema_name: ClassVar[str] = "cancel_request"
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["request_id"], "properties": {"request_id": {"type": "string"}}},
+                {"required": ["job_id"], "properties": {"job_id": {"type": "string"}}},
+            ]
+        }
+    )
+
+    request_id: Identifier | None = None
+    job_id: Identifier | None = None
+    cancelled_at: EpochMs
+    # who or what asked (operator, client), for the result's error text
+    requested_by: ShortLabel | None = None
+
+    @model_validator(mode="after")
+    def _one_target(self) -> CancelRequest:
+        if (self.request_id is None) == (self.job_id is None):
+            raise ValueError("give exactly one of request_id and job_id")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The record key: the request id, or ``job:<job id>``."""
+        return self.request_id if self.request_id is not None else job_cancel_key(
+            self.job_id or ""
+        )
+
+    def applies_to(self, request: TranslationRequest) -> bool:
+        """Whether this cancel covers ``request``."""
+        target = (
+            request.request_id == self.request_id
+            if self.request_id is not None
+            else request.job_id == self.job_id
+        )
+        return target and request.submitted_at <= self.cancelled_at
+
+
+def job_cancel_key(job_id: str) -> str:
+    """The cancel-topic key of a whole bulk job.
+
+    Only compaction sees keys: a request id spelled exactly ``job:<job id>`` would
+    share its key, and the later record of the two would replace the earlier.
+    """
+    return f"job:{job_id}"
+
+
+class ReplayMarker(_Message):
+    """A dead letter that ``babelstream dlq replay`` re-published (``translate.dlq.replayed``)."""
+
+    schema_name: ClassVar[str] = "replay_marker"
+
+    # <source topic>:<partition>:<offset> of the record that was dead-lettered
+    dead_letter_id: Annotated[str, Field(min_length=1, max_length=300)]
+    replayed_at: EpochMs
+    topic: str
+    # whether the replayed value was rewritten (--fix-limits / --restamp) or the original bytes
+    rewritten: bool = False
+
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     TranslationRequest,
     TranslationResult,
     DeadLetter,
     SlaWindow,
+    CancelRequest,
+    ReplayMarker,
 )
 
 

@@ -15,6 +15,10 @@ REQUESTS_TOPIC = "translate.requests"
 RESULTS_TOPIC = "translate.results"
 DLQ_TOPIC = "translate.dlq"
 SLA_TOPIC = "translate.sla"
+# compacted, keyed by request id (``job:<job id>`` for a whole bulk job)
+CANCEL_TOPIC = "translate.cancel"
+# compacted, keyed by dead-letter id: which dead letters were replayed
+DLQ_REPLAYED_TOPIC = "translate.dlq.replayed"
 PAIR_REQUESTS_PREFIX = "translate.requests."
 PAIR_BULK_PREFIX = "translate.bulk."
 

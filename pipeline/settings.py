@@ -43,6 +43,9 @@ class KafkaSettings(_Section):
     sla_partitions: int = Field(1, ge=1)
     request_timeout_ms: int = Field(30_000, ge=1000)
     client_id: str = "babelstream"
+    # translate.cancel (compacted) and translate.dlq.replayed (compacted replay markers)
+    cancel_partitions: int = Field(1, ge=1)
+    replay_marker_partitions: int = Field(1, ge=1)
 
 
 class RedisSettings(_Section):
@@ -105,6 +108,8 @@ class WorkerSettings(_Section):
     concurrency: int = Field(1, ge=1)
     web_port: int = 6066
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
+    # cancelled request / job ids a worker remembers (each for limits.max_timeout_ms at most)
+    cancel_max_entries: int = Field(1_000_000, ge=1)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
@@ -206,6 +211,53 @@ class DashboardSettings(_Section):
     max_windows: int = Field(720, ge=1)
 
 
+class TenantSettings(_Section):
+    """Per-tenant fair share and quotas inside a pair (no tenant counts as ``default``)."""
+
+    # deficit round robin over the tenants of the fetched events; off: first come first served
+    fair_share: bool = True
+    # characters a tenant of weight 1 may add to one engine round; smaller rounds bound how
+    # long a steady tenant waits behind a flooding one, larger rounds batch more
+    quantum_chars: int = Field(512, ge=1)
+    default_weight: float = Field(1.0, gt=0)
+    weights: dict[str, Annotated[float, Field(gt=0)]] = {}
+    # fetched events a translation agent may hold back for fair share (uncommitted);
+    # a flood deeper than this is served first come first served until it drains
+    max_deferred: int = Field(20_000, ge=0)
+    # quotas: characters per quota window; None = unlimited
+    default_quota_chars: int | None = Field(None, ge=1)
+    quota_chars: dict[str, Annotated[int, Field(ge=1)]] = {}
+    quota_window_s: float = Field(60.0, gt=0)
+    # the sliding window moves in steps of this size (Redis hash field per step)
+    quota_step_s: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _step_within_window(self) -> TenantSettings:
+        if self.quota_step_s > self.quota_window_s:
+            raise ValueError(
+                f"quota_step_s ({self.quota_step_s}) must not exceed quota_window_s "
+                f"({self.quota_window_s})"
+            )
+        return self
+
+    def weight(self, tenant: str) -> float:
+        """A tenant's fair-share weight."""
+        return self.weights.get(tenant, self.default_weight)
+
+    def quota(self, tenant: str) -> int | None:
+        """A tenant's characters per quota window (None: unlimited)."""
+        return self.quota_chars.get(tenant, self.default_quota_chars)
+
+
+class ReplySettings(_Section):
+    """Reply topics: each ``translate`` call or bulk job reads only its own results."""
+
+    prefix: str = "translate.replies."
+    partitions: int = Field(1, ge=1)
+    # a reply topic outlives its call by at most this long if the client never deletes it
+    retention_ms: int = Field(3_600_000, ge=60_000)
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -226,6 +278,8 @@ class Settings(BaseSettings):
     sla: SlaSettings = SlaSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
+    tenants: TenantSettings = TenantSettings()
+    replies: ReplySettings = ReplySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -60,18 +60,24 @@ def submit(
 @_request_options
 @click.option("--json", "as_json", is_flag=True, help="One TranslationResult JSON per line.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
+@click.option("--reply-topic", default=None,
+              help="Read results from this topic of your own (created if missing, kept) "
+                   "[default: a fresh topic for this call, deleted afterwards].")
 @click.pass_obj
 def translate(
     settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
     domain: str | None, texts: tuple[str, ...], as_json: bool, timeout: float,
+    reply_topic: str | None,
 ) -> None:
     """Translate texts through the pipeline and print the results.
 
-    Exits 1 when any request failed, timed out, or got no result in time.
+    Results come back on a reply topic of this call's own, never by scanning
+    the shared results topic. Exits 1 when any request failed, timed out, or
+    got no result in time.
     """
     options = RequestOptions(timeout_ms=int(timeout * 1000), tenant=tenant, domain=domain)
     requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
-    with TranslationClient(settings.kafka) as client:
+    with TranslationClient(settings.kafka, settings.replies, reply_topic) as client:
         replies = client.translate(requests, timeout_s=timeout)
     for request, result in zip(requests, replies.ordered, strict=True):
         if result is None:

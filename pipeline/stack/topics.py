@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from pipeline.kafka_clients import admin_client
 from pipeline.pairs import (
+    CANCEL_TOPIC,
+    DLQ_REPLAYED_TOPIC,
     DLQ_TOPIC,
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
@@ -54,10 +56,26 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         RESULTS_TOPIC: TopicSpec(kafka.results_partitions),
         DLQ_TOPIC: TopicSpec(kafka.dlq_partitions),
         SLA_TOPIC: TopicSpec(kafka.sla_partitions),
+        # A cancel matters only while a request it covers can be pending: at most the
+        # longest deadline. Small segments let retention drop old cancels on time.
+        CANCEL_TOPIC: TopicSpec(kafka.cancel_partitions, {
+            "cleanup.policy": "compact,delete",
+            "retention.ms": str(settings.limits.max_timeout_ms),
+            "segment.ms": str(max(60_000, settings.limits.max_timeout_ms // 6)),
+        }),
+        DLQ_REPLAYED_TOPIC: TopicSpec(kafka.replay_marker_partitions,
+                                      {"cleanup.policy": "compact"}),
     }
     for pair_id in settings.stack.pairs:
         specs.update(pair_topic_specs(kafka, Pair.parse(pair_id)))
     return specs
+
+
+def ensure_named(settings: Settings, *names: str) -> EnsureReport:
+    """Create those of the design's topics ``names`` that are missing (clients call this
+    before producing, so a topic is never auto-created without its configs)."""
+    specs = topic_specs(settings)
+    return ensure_topics(settings.kafka, {name: specs[name] for name in names})
 
 
 def pair_topic_specs(kafka: KafkaSettings, pair: Pair) -> dict[str, TopicSpec]:

@@ -13,7 +13,9 @@ from pydantic import ValidationError
 from pipeline.commands.schemas import schema_path
 from pipeline.messages import (
     MESSAGE_TYPES,
+    CancelRequest,
     DeadLetter,
+    ReplayMarker,
     SlaWindow,
     TranslationRequest,
     TranslationResult,
@@ -53,6 +55,9 @@ DEAD_LETTER = {
     "value_encoding": "utf8",
     "received_at": 3,
 }
+CANCEL = {"request_id": "r-1", "cancelled_at": 5}
+MARKER = {"dead_letter_id": "translate.requests:0:7", "replayed_at": 9,
+          "topic": "translate.requests"}
 SLA = {
     "pair": "en_de",
     "window_start": 0,
@@ -113,6 +118,18 @@ CASES: list[tuple[type, dict[str, Any], bool]] = [
     (SlaWindow, SLA, True),
     (SlaWindow, with_(SLA, timeout_ratio=1.5), False),
     (SlaWindow, with_(SLA, p99_ms=-1), False),
+    (CancelRequest, CANCEL, True),
+    (CancelRequest, with_(CANCEL, request_id=..., job_id="job-1", requested_by="ops"), True),
+    (CancelRequest, with_(CANCEL, request_id=None, job_id="job-1"), True),
+    (CancelRequest, with_(CANCEL, job_id="job-1"), False),
+    (CancelRequest, with_(CANCEL, request_id=...), False),
+    (CancelRequest, with_(CANCEL, request_id=None), False),
+    (CancelRequest, with_(CANCEL, cancelled_at=...), False),
+    (CancelRequest, with_(CANCEL, request_id=""), False),
+    (ReplayMarker, MARKER, True),
+    (ReplayMarker, with_(MARKER, rewritten=True), True),
+    (ReplayMarker, with_(MARKER, dead_letter_id=""), False),
+    (ReplayMarker, with_(MARKER, replayed_at=-1), False),
 ]
 
 

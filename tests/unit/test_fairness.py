@@ -1,0 +1,103 @@
+"""Deficit round robin over tenants: shares, order, progress."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from pipeline.fairness import DeficitRoundRobin, tenant_label
+
+Item = tuple[str, int, int]  # (tenant, cost, sequence number)
+
+
+def drr(
+    weights: dict[str, float] | None = None, quantum: int = 10, max_items: int = 64
+) -> DeficitRoundRobin[Item]:
+    weights = weights or {}
+    return DeficitRoundRobin(
+        tenant_of=lambda item: item[0],
+        cost_of=lambda item: item[1],
+        weight_of=lambda tenant: weights.get(tenant, 1.0),
+        quantum=quantum,
+        max_items=max_items,
+    )
+
+
+def items(tenant: str, n: int, cost: int = 1, start: int = 0) -> list[Item]:
+    return [(tenant, cost, start + i) for i in range(n)]
+
+
+def test_a_steady_tenant_goes_into_the_next_round_despite_a_flood() -> None:
+    fair = drr(quantum=10)
+    fair.offer(items("flood", 10_000))
+    fair.offer(items("steady", 1))
+    first = fair.next_round()
+    assert ("steady", 1, 0) in first
+    assert Counter(t for t, _, _ in first) == {"flood": 10, "steady": 1}
+
+
+def test_shares_follow_weights_in_characters() -> None:
+    fair = drr({"gold": 3.0}, quantum=100)
+    fair.offer(items("gold", 1000, cost=10))
+    fair.offer(items("basic", 1000, cost=10))
+    served: Counter[str] = Counter()
+    for _ in range(20):
+        for tenant, cost, _ in fair.next_round():
+            served[tenant] += cost
+    assert served["gold"] == 3 * served["basic"]
+
+
+def test_each_tenant_keeps_its_own_order() -> None:
+    fair = drr(quantum=3)
+    fair.offer(items("a", 50))
+    fair.offer(items("b", 50))
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    while len(fair):
+        for tenant, _, seq in fair.next_round():
+            seen[tenant].append(seq)
+    assert seen == {"a": list(range(50)), "b": list(range(50))}
+
+
+def test_rounds_are_capped_and_never_empty_while_items_are_held() -> None:
+    fair = drr(quantum=1000, max_items=8)
+    fair.offer(items("a", 20))
+    rounds = []
+    while len(fair):
+        rounds.append(len(fair.next_round()))
+    assert rounds == [8, 8, 4]
+    assert fair.next_round() == []
+
+
+def test_an_item_larger_than_the_quantum_still_goes_out() -> None:
+    fair = drr(quantum=10)
+    fair.offer([("a", 95, 0)])
+    assert fair.next_round() == [("a", 95, 0)], "deficit accumulates over passes"
+
+
+def test_an_idle_tenant_banks_no_deficit() -> None:
+    fair = drr(quantum=10)
+    fair.offer(items("a", 1))
+    fair.next_round()
+    fair.offer(items("a", 100, start=1))
+    fair.offer(items("b", 100))
+    first = Counter(t for t, _, _ in fair.next_round())
+    assert first == {"a": 10, "b": 10}
+
+
+def test_held_counts() -> None:
+    fair = drr(quantum=2)
+    fair.offer(items("a", 5) + items("b", 1))
+    fair.next_round()
+    assert len(fair) == 3
+    assert fair.held_by_tenant() == {"a": 3}
+
+
+def test_invalid_parameters() -> None:
+    with pytest.raises(ValueError):
+        drr(quantum=0)
+
+
+def test_requests_without_tenant_share_default() -> None:
+    assert tenant_label(None) == tenant_label("") == "default"
+    assert tenant_label("acme") == "acme"
