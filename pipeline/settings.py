@@ -177,6 +177,8 @@ class BulkSettings(_Section):
     spark_master: str = "local[2]"
     spark_driver_memory: str = "1g"
     spark_shuffle_partitions: int = Field(4, ge=1)
+    # input rows plus translations held for in-order assembly; reading pauses above it
+    window_bytes: int = Field(64 << 20, ge=1)
 
 
 class ObservabilitySettings(_Section):

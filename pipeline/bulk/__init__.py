@@ -21,3 +21,7 @@ class BulkError(BabelStreamError):
 
 class BulkInterrupted(BulkError):
     """The job was asked to stop; its state is kept and a rerun resumes it."""
+
+
+class BulkCancelled(BulkInterrupted):
+    """``bulk cancel`` stopped the job; its state is kept and a rerun resumes it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -82,8 +82,17 @@ def check_output_columns(names: Sequence[str]) -> None:
         )
 
 
-def assemble_table(table: pa.Table, documents: Sequence[DocumentOutcome]) -> pa.Table:
-    """``table`` (the input, in order) with ``translation``, ``status`` and ``errors`` appended."""
+Rows = TypeVar("Rows", pa.Table, pa.RecordBatch)
+
+
+def output_schema(schema: pa.Schema) -> pa.Schema:
+    """The output's schema for an input ``schema``: its columns, then :data:`OUTPUT_FIELDS`."""
+    check_output_columns(schema.names)
+    return pa.schema([*schema, *OUTPUT_FIELDS], metadata=schema.metadata)
+
+
+def assemble_table(table: Rows, documents: Sequence[DocumentOutcome]) -> Rows:
+    """``table`` (input rows, in order) with ``translation``, ``status`` and ``errors`` appended."""
     check_output_columns(table.column_names)
     if len(documents) != table.num_rows:
         raise ValueError(f"{len(documents)} documents for {table.num_rows} rows")

@@ -1,20 +1,22 @@
-"""A job's plan: every document's segmentation and every segment's request id."""
+"""Planning one batch of documents: segmentations, request ids, and outcomes as they arrive.
+
+A job is planned and assembled one :class:`~pipeline.bulk.readers.DocumentBatch`
+at a time, so only the batches in flight are in memory.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pipeline.bulk import BulkError
 from pipeline.bulk.assemble import DocumentOutcome, SegmentOutcome, assemble_document
-from pipeline.bulk.readers import Corpus
-from pipeline.bulk.requests import doc_key, request_id
+from pipeline.bulk.readers import DocumentBatch
+from pipeline.bulk.requests import request_id
 from pipeline.bulk.segmenter import Segmentation, segment_document
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentTask:
-    """One segment to translate."""
+    """One segment to translate (``doc_index``: the document's place in its batch)."""
 
     request_id: str
     doc_index: int
@@ -22,37 +24,43 @@ class SegmentTask:
     text: str
 
 
-@dataclass(frozen=True)
-class JobPlan:
-    """Segmentations in corpus order (``None`` for a null text) and the flat task list."""
+@dataclass
+class BatchPlan:
+    """A batch's segmentations (``None`` for a null text), tasks, and outcomes so far."""
 
-    job_id: str
-    doc_ids: list[str]
+    batch: DocumentBatch
     documents: list[Segmentation | None]
     tasks: list[SegmentTask]
+    outcomes: dict[str, SegmentOutcome] = field(default_factory=dict)
 
-    def assemble(self, results: Mapping[str, SegmentOutcome]) -> list[DocumentOutcome]:
-        """Every document, in order, from results by request id (absent: no result)."""
+    @property
+    def done(self) -> bool:
+        """Whether every segment has an outcome."""
+        return len(self.outcomes) >= len(self.tasks)
+
+    @property
+    def nbytes(self) -> int:
+        """Roughly what the batch holds in memory: its rows plus its translations."""
+        translated = sum(len(o.translation or "") for o in self.outcomes.values())
+        return self.batch.rows.nbytes + translated
+
+    def assemble(self) -> list[DocumentOutcome]:
+        """Every document of the batch, in order (a segment without outcome: no result)."""
         outcomes: list[list[SegmentOutcome | None]] = [
             [] if seg is None else [None] * len(seg.segments) for seg in self.documents
         ]
         for task in self.tasks:
-            outcomes[task.doc_index][task.segment_index] = results.get(task.request_id)
+            outcomes[task.doc_index][task.segment_index] = self.outcomes.get(task.request_id)
         return [
-            assemble_document(seg, doc)
-            for seg, doc in zip(self.documents, outcomes, strict=True)
+            assemble_document(seg, doc) for seg, doc in zip(self.documents, outcomes, strict=True)
         ]
 
 
-def build_plan(job_id: str, corpus: Corpus, max_segment_bytes: int) -> JobPlan:
-    """Segment every document of ``corpus`` and name each segment's request."""
-    keys: dict[str, str] = {}
+def plan_batch(job_id: str, batch: DocumentBatch, max_segment_bytes: int) -> BatchPlan:
+    """Segment every document of ``batch`` and name each segment's request."""
     documents: list[Segmentation | None] = []
     tasks: list[SegmentTask] = []
-    for doc_index, (doc_id, text) in enumerate(zip(corpus.ids, corpus.texts, strict=True)):
-        key = doc_key(doc_id)
-        if keys.setdefault(key, doc_id) != doc_id:
-            raise BulkError(f"document ids {keys[key]!r} and {doc_id!r} share a digest")
+    for doc_index, (doc_id, text) in enumerate(zip(batch.ids, batch.texts, strict=True)):
         if text is None:
             documents.append(None)
             continue
@@ -62,4 +70,4 @@ def build_plan(job_id: str, corpus: Corpus, max_segment_bytes: int) -> JobPlan:
             SegmentTask(request_id(job_id, doc_id, i), doc_index, i, segment.text)
             for i, segment in enumerate(segmentation.segments)
         )
-    return JobPlan(job_id, list(corpus.ids), documents, tasks)
+    return BatchPlan(batch, documents, tasks)

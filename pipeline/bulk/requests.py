@@ -81,6 +81,8 @@ class RequestTemplate:
     timeout_ms: int
     tenant: str | None = None
     domain: str | None = None
+    # the job's own results topic (see pipeline.replies)
+    reply_to: str | None = None
 
     def request(
         self, doc_id: str, segment_index: int, text: str, submitted_at: int
@@ -98,6 +100,7 @@ class RequestTemplate:
             job_id=self.job_id,
             doc_id=wire_doc_id(doc_id),
             segment_index=segment_index,
+            reply_to=self.reply_to,
         )
 
     def record(self, request: TranslationRequest) -> tuple[bytes, bytes]:

@@ -1,10 +1,14 @@
-"""Running a bulk job: plan, publish with flow control, collect, assemble, write.
+"""Running a bulk job: stream, plan, publish with flow control, collect, assemble, write.
 
-At most ``bulk.max_in_flight`` segments are published and unanswered at any
-time, so the bulk topic's backlog and this process's memory stay bounded
-however large the corpus is. Results are appended to the job state as they
-arrive; a rerun of the same job publishes only the segments without an ``ok``
-result. Results of an earlier run that arrive late are used too.
+Memory is bounded whatever the corpus size. Documents are read one record
+batch at a time; each batch is planned (segmented, request ids named),
+its segments published within ``bulk.max_in_flight``, and written to the
+output as soon as it and every batch before it are complete. Reading pauses
+while the batches held for in-order assembly exceed ``bulk.window_bytes``.
+Results are stored in the job state as they arrive; a rerun of the same job
+publishes only the segments without an ``ok`` result, looked up one batch at
+a time. Results come back on a reply topic of the job's own
+(:mod:`pipeline.replies`), deleted when the run ends.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,21 +27,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.bulk import BulkError, BulkInterrupted
-from pipeline.bulk.assemble import SegmentOutcome, assemble_table, check_output_columns
-from pipeline.bulk.plan import JobPlan, SegmentTask, build_plan
-from pipeline.bulk.readers import Corpus
+from pipeline.bulk import BulkCancelled, BulkError, BulkInterrupted
+from pipeline.bulk.assemble import SegmentOutcome, assemble_table, output_schema
+from pipeline.bulk.plan import BatchPlan, SegmentTask, plan_batch
+from pipeline.bulk.readers import CorpusReader
 from pipeline.bulk.requests import RequestTemplate
 from pipeline.bulk.state import JobState, result_record
 from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.engine.registry import Registry
-from pipeline.messages import now_ms
+from pipeline.messages import TranslationResult, now_ms
 from pipeline.pairs import Pair, bulk_topic
+from pipeline.replies import ReplyTopic
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
 NO_RESULT_HINT_S = 30.0
+CANCEL_CHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,8 +71,8 @@ class JobReport:
 
     job_id: str
     documents: int
-    segments_total: int
-    reused: int
+    segments_total: int = 0
+    reused: int = 0
     submitted: int = 0
     completed: int = 0
     errors: int = 0
@@ -77,10 +83,15 @@ class JobReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "job_id": self.job_id, "documents": self.documents,
-            "segments_total": self.segments_total, "reused": self.reused,
-            "submitted": self.submitted, "completed": self.completed, "errors": self.errors,
-            "cache": dict(self.cache), "doc_statuses": dict(self.doc_statuses),
+            "job_id": self.job_id,
+            "documents": self.documents,
+            "segments_total": self.segments_total,
+            "reused": self.reused,
+            "submitted": self.submitted,
+            "completed": self.completed,
+            "errors": self.errors,
+            "cache": dict(self.cache),
+            "doc_statuses": dict(self.doc_statuses),
             "output": self.output,
             "wall_s": round(self.wall_s, 3),
         }
@@ -97,37 +108,38 @@ def model_id_for(settings: Settings, pair: Pair) -> str:
 def run_job(
     settings: Settings,
     spec: JobSpec,
-    corpus: Corpus,
+    reader: CorpusReader,
     *,
     stop: threading.Event | None = None,
     progress: bool | None = None,
 ) -> JobReport:
-    """Translate ``corpus`` as job ``spec.job_id``, resuming its state, and write the output.
+    """Translate the corpus of ``reader`` as job ``spec.job_id``, resuming its state.
 
-    ``stop`` ends the run early (BulkInterrupted, state kept); ``progress``
-    shows tqdm bars (None: only on a terminal).
+    ``stop`` ends the run early (BulkInterrupted, state kept); ``bulk cancel``
+    ends it with BulkCancelled; ``progress`` shows tqdm bars (None: only on a
+    terminal).
     """
     started = time.monotonic()
-    if spec.output is not None:
-        check_output_columns(corpus.table.column_names)
-    plan = build_plan(spec.job_id, corpus, settings.limits.max_text_bytes)
+    info = reader.scan()
+    schema = output_schema(info.schema) if spec.output is not None else None
     state = JobState(settings.bulk.state_dir, spec.job_id)
     state.start(
-        spec.identity(), inputs=list(spec.inputs), format=spec.fmt, id_column=spec.id_column,
-        text_column=spec.text_column, output=str(spec.output) if spec.output else None,
-        documents=len(corpus), segments_total=len(plan.tasks),
+        spec.identity(),
+        inputs=list(spec.inputs),
+        format=spec.fmt,
+        id_column=spec.id_column,
+        text_column=spec.text_column,
+        output=str(spec.output) if spec.output else None,
+        documents=info.documents,
     )
-    results = state.completed(plan.tasks)
-    report = JobReport(spec.job_id, len(corpus), len(plan.tasks), reused=len(results))
-    pending = [t for t in plan.tasks if t.request_id not in results]
+    report = JobReport(spec.job_id, info.documents)
     try:
-        if pending:
-            _Pump(settings, spec, plan, state, results, report, stop, progress).run(pending)
-        documents = plan.assemble(results)
-        report.doc_statuses.update(d.status for d in documents)
-        if spec.output is not None:
-            write_output(assemble_table(corpus.table, documents), spec.output)
-            report.output = str(spec.output)
+        with _OutputFile(spec.output, schema) as output:
+            _Pump(settings, spec, state, report, output, stop, progress).run(reader.documents())
+            report.output = output.commit()
+    except BulkCancelled:
+        state.update(state="cancelled", pid=None)
+        raise
     except (KeyboardInterrupt, BulkInterrupted):
         state.update(state="interrupted", pid=None)
         raise
@@ -135,111 +147,210 @@ def run_job(
         state.update(state="stalled" if report.submitted else "failed", pid=None)
         raise
     report.wall_s = time.monotonic() - started
-    state.update(state="done", pid=None, last_run=report.as_dict())
+    state.update(
+        state="done", pid=None, segments_total=report.segments_total, last_run=report.as_dict()
+    )
     return report
 
 
-def write_output(table: pa.Table, path: Path) -> None:
-    """Write Parquet atomically (a reader never sees a half-written file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+class _OutputFile:
+    """The output Parquet, written batch by batch to a temporary file, renamed when complete."""
+
+    def __init__(self, path: Path | None, schema: pa.Schema | None) -> None:
+        self._path = path
+        self._schema = schema
+        self._tmp = path.with_name(f".{path.name}.tmp") if path is not None else None
+        self._writer: pq.ParquetWriter | None = None
+
+    def __enter__(self) -> _OutputFile:
+        if self._tmp is not None and self._schema is not None:
+            self._tmp.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self._tmp, self._schema)
+        return self
+
+    def write(self, rows: pa.RecordBatch) -> None:
+        if self._writer is not None:
+            self._writer.write_batch(rows)
+
+    def commit(self) -> str | None:
+        """Close and move into place (a reader never sees a half-written file)."""
+        if self._writer is None or self._tmp is None or self._path is None:
+            return None
+        self._writer.close()
+        self._writer = None
+        self._tmp.replace(self._path)
+        return str(self._path)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._writer is not None:  # not committed: leave no partial output behind
+            self._writer.close()
+            if self._tmp is not None:
+                self._tmp.unlink(missing_ok=True)
 
 
 class _Pump:
-    """Publishes pending segments within the in-flight cap and records their results."""
+    """Reads, publishes within the in-flight cap, records results, writes in order."""
 
     def __init__(
-        self, settings: Settings, spec: JobSpec, plan: JobPlan, state: JobState,
-        results: dict[str, SegmentOutcome], report: JobReport,
-        stop: threading.Event | None, progress: bool | None,
+        self,
+        settings: Settings,
+        spec: JobSpec,
+        state: JobState,
+        report: JobReport,
+        output: _OutputFile,
+        stop: threading.Event | None,
+        progress: bool | None,
     ) -> None:
         self._settings = settings
         self._spec = spec
-        self._plan = plan
         self._state = state
-        self._results = results
         self._report = report
+        self._output = output
         self._stop = stop
         self._progress = progress
-        self._template = RequestTemplate(
-            job_id=spec.job_id, pair=spec.pair, model_id=model_id_for(settings, spec.pair),
-            timeout_ms=settings.bulk.timeout_ms, tenant=spec.tenant, domain=spec.domain,
-        )
+        self._model_id = model_id_for(settings, spec.pair)
+        self._window: deque[BatchPlan] = deque()  # read, not yet written, in input order
+        # request id -> its batch and segment, until it has a result
+        self._owner: dict[str, tuple[BatchPlan, SegmentTask]] = {}
+        self._unpublished: deque[SegmentTask] = deque()
+        self._in_flight: set[str] = set()
 
-    def run(self, pending: list[SegmentTask]) -> None:
+    def run(self, documents: Iterator[Any]) -> None:
         bulk, kafka = self._settings.bulk, self._settings.kafka
-        tasks = {t.request_id: t for t in pending}
-        queue = deque(pending)
-        in_flight: set[str] = set()
-        bars = dict(total=len(pending), unit="seg", dynamic_ncols=True,
-                    disable=None if self._progress is None else not self._progress)
+        bars: dict[str, Any] = dict(
+            dynamic_ncols=True, disable=None if self._progress is None else not self._progress
+        )
         with (
-            JobResults(kafka, self._spec.job_id) as source,
+            ReplyTopic.for_call(kafka, self._settings.replies, label=self._spec.job_id) as reply,
+            JobResults(kafka, self._spec.job_id, reply.name) as source,
             BulkPublisher(kafka, bulk_topic(self._spec.pair)) as sink,
-            tqdm(desc="submitted", position=0, **bars) as submitted_bar,  # type: ignore[call-overload]
-            tqdm(desc="completed", position=1, **bars) as completed_bar,  # type: ignore[call-overload]
+            tqdm(desc="segments", unit="seg", position=0, **bars) as segments_bar,
+            tqdm(
+                desc="documents", unit="doc", position=1, total=self._report.documents, **bars
+            ) as documents_bar,
         ):
-            last_result = time.monotonic()
+            template = RequestTemplate(
+                job_id=self._spec.job_id,
+                pair=self._spec.pair,
+                model_id=self._model_id,
+                timeout_ms=bulk.timeout_ms,
+                tenant=self._spec.tenant,
+                domain=self._spec.domain,
+                reply_to=reply.name,
+            )
+            exhausted = False
+            last_result = last_check = time.monotonic()
             hinted = False
-            while queue or in_flight:
+            while not exhausted or self._window:
                 if self._stop is not None and self._stop.is_set():
                     raise BulkInterrupted(f"job {self._spec.job_id} stopped; rerun to resume")
-                room = bulk.max_in_flight - len(in_flight)
-                batch: list[SegmentTask] = []
-                while queue and len(batch) < min(room, bulk.submit_chunk):
-                    task = queue.popleft()
-                    if task.request_id not in self._results:  # else a late result answered it
-                        batch.append(task)
-                if batch:
-                    self._publish(sink, batch)
-                    in_flight.update(t.request_id for t in batch)
-                    submitted_bar.update(len(batch))
-                can_send_more = bool(queue) and len(in_flight) < bulk.max_in_flight
-                arrived = self._collect(source, tasks, in_flight, 0 if can_send_more else 200)
-                completed_bar.update(arrived)
+                if time.monotonic() - last_check > CANCEL_CHECK_S:
+                    last_check = time.monotonic()
+                    if self._state.cancel_requested():
+                        raise BulkCancelled(f"job {self._spec.job_id} was cancelled")
+                exhausted = exhausted or not self._read(documents)
+                published = self._publish(sink, template)
+                can_send_more = bool(self._unpublished) and (
+                    len(self._in_flight) < bulk.max_in_flight
+                )
+                arrived = self._collect(source, 0 if can_send_more or published else 200)
+                segments_bar.update(arrived)
+                documents_bar.update(self._write_ready())
                 now = time.monotonic()
-                if arrived:
-                    last_result = now
-                elif in_flight and now - last_result > bulk.stall_timeout_s:
+                if arrived or not self._in_flight:
+                    last_result, hinted = now, False
+                elif now - last_result > bulk.stall_timeout_s:
                     raise BulkError(
-                        f"no result for {bulk.stall_timeout_s:.0f}s with {len(in_flight)} "
+                        f"no result for {bulk.stall_timeout_s:.0f}s with {len(self._in_flight)} "
                         f"segments in flight; is a worker serving {self._spec.pair.id} running? "
                         "The job state is kept: rerun to resume."
                     )
-                elif in_flight and not hinted and now - last_result > NO_RESULT_HINT_S:
+                elif not hinted and now - last_result > NO_RESULT_HINT_S:
                     hinted = True
-                    tqdm.write(f"no results for {NO_RESULT_HINT_S:.0f}s: is a worker serving "
-                               f"{self._spec.pair.id} running? (waiting)", file=sys.stderr)
+                    tqdm.write(
+                        f"no results for {NO_RESULT_HINT_S:.0f}s: is a worker serving "
+                        f"{self._spec.pair.id} running? (waiting)",
+                        file=sys.stderr,
+                    )
 
-    def _publish(self, sink: BulkPublisher, batch: list[SegmentTask]) -> None:
+    def _held_bytes(self) -> int:
+        return sum(plan.nbytes for plan in self._window)
+
+    def _read(self, documents: Iterator[Any]) -> bool:
+        """Plan more batches while memory and the publish queue allow; False at the end."""
+        bulk = self._settings.bulk
+        while len(self._unpublished) < bulk.max_in_flight and (
+            not self._window or self._held_bytes() < bulk.window_bytes
+        ):
+            batch = next(documents, None)
+            if batch is None:
+                return False
+            plan = plan_batch(self._spec.job_id, batch, self._settings.limits.max_text_bytes)
+            self._report.segments_total += len(plan.tasks)
+            plan.outcomes.update(self._state.completed(plan.tasks))
+            self._report.reused += len(plan.outcomes)
+            for task in plan.tasks:
+                if task.request_id not in plan.outcomes:
+                    self._owner[task.request_id] = (plan, task)
+                    self._unpublished.append(task)
+            self._window.append(plan)
+        return True
+
+    def _publish(self, sink: BulkPublisher, template: RequestTemplate) -> int:
+        bulk = self._settings.bulk
+        room = bulk.max_in_flight - len(self._in_flight)
+        batch: list[SegmentTask] = []
+        while self._unpublished and len(batch) < min(room, bulk.submit_chunk):
+            task = self._unpublished.popleft()
+            if task.request_id in self._owner:  # else a late result of an earlier run answered it
+                batch.append(task)
+        if not batch:
+            return 0
         submitted_at = now_ms()
-        doc_ids = self._plan.doc_ids
-        sink.publish([
-            self._template.record(self._template.request(
-                doc_ids[t.doc_index], t.segment_index, t.text, submitted_at))
-            for t in batch
-        ])
+        records = []
+        for task in batch:
+            plan, _ = self._owner[task.request_id]
+            doc_id = plan.batch.ids[task.doc_index]
+            records.append(
+                template.record(
+                    template.request(doc_id, task.segment_index, task.text, submitted_at)
+                )
+            )
+        sink.publish(records)
+        self._in_flight.update(t.request_id for t in batch)
         self._report.submitted += len(batch)
+        return len(batch)
 
-    def _collect(
-        self, source: JobResults, tasks: Mapping[str, SegmentTask], in_flight: set[str],
-        timeout_ms: int,
-    ) -> int:
+    def _collect(self, source: JobResults, timeout_ms: int) -> int:
         records = []
         for result in source.poll(timeout_ms):
-            task = tasks.get(result.request_id)
-            if task is None or result.request_id in self._results:
+            owned = self._owner.pop(result.request_id, None)
+            if owned is None:
                 continue  # not pending in this run, or a duplicate (first result wins)
-            self._results[result.request_id] = SegmentOutcome(
-                result.status, result.translation, result.error)
-            in_flight.discard(result.request_id)
+            plan, task = owned
+            self._record(plan, result)
             records.append(result_record(result, task.text))
-            self._report.completed += 1
-            if result.status == "ok":
-                self._report.cache[result.cache or "miss"] += 1
-            else:
-                self._report.errors += 1
         self._state.append(records)
         return len(records)
+
+    def _record(self, plan: BatchPlan, result: TranslationResult) -> None:
+        plan.outcomes[result.request_id] = SegmentOutcome(
+            result.status, result.translation, result.error
+        )
+        self._in_flight.discard(result.request_id)
+        self._report.completed += 1
+        if result.status == "ok":
+            self._report.cache[result.cache or "miss"] += 1
+        else:
+            self._report.errors += 1
+
+    def _write_ready(self) -> int:
+        """Write the complete batches at the head of the window; returns documents written."""
+        written = 0
+        while self._window and self._window[0].done:
+            plan = self._window.popleft()
+            documents = plan.assemble()
+            self._report.doc_statuses.update(d.status for d in documents)
+            self._output.write(assemble_table(plan.batch.rows, documents))
+            written += len(documents)
+        return written

@@ -1,19 +1,23 @@
-"""A job's resumable state: ``<state_dir>/<job_id>/manifest.json`` and ``results.jsonl``.
+"""A job's resumable state: ``<state_dir>/<job_id>/manifest.json`` and ``results.sqlite``.
 
-``results.jsonl`` gets one line per segment result as results arrive
-(flushed per batch, so a killed run loses at most what it had not written
-yet). A rerun reuses a segment's ``ok`` result only when it was made for the
-same segment text (``source`` digest), so a changed input is translated
-again; error and timeout results are retried. The manifest says what the job
-is, where its output goes, and what the last run did.
+``results.sqlite`` gets one row per segment result as results arrive
+(committed per batch, so a killed run loses at most the batch it had not
+committed; WAL mode, so ``bulk status`` reads while a run writes). It is an
+on-disk index: a run looks up earlier results one batch of segments at a
+time, so resuming a huge job does not load its results into memory. A rerun
+reuses a segment's ``ok`` result only when it was made for the same segment
+text (``source`` digest), so a changed input is translated again; error,
+timeout and cancelled results are retried. The manifest says what the job is,
+where its output goes, and what the last run did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
 import os
 import socket
+import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,24 +29,40 @@ from pipeline.bulk.plan import SegmentTask
 from pipeline.bulk.requests import check_job_id, text_digest
 from pipeline.messages import TranslationResult, now_ms
 
-log = logging.getLogger(__name__)
-
 MANIFEST = "manifest.json"
-RESULTS = "results.jsonl"
+RESULTS = "results.sqlite"
 # Manifest fields that change what a translation is; a job keeps them for life.
 _IDENTITY = ("pair", "tenant", "domain")
+_COLUMNS = (
+    "request_id",
+    "doc_id",
+    "segment_index",
+    "source",
+    "status",
+    "translation",
+    "error",
+    "cache",
+    "completed_at",
+)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS results ({", ".join(_COLUMNS)});
+CREATE INDEX IF NOT EXISTS results_by_request ON results (request_id);
+"""
+# SQLite's default limit on bound parameters is 999 (older builds); stay below it.
+_LOOKUP_CHUNK = 500
 
 
 @dataclass(frozen=True)
 class Progress:
-    """Segment counts from the results file."""
+    """Segment counts from the results."""
 
     completed: int
     errors: int
+    cancelled: int = 0
 
 
 def result_record(result: TranslationResult, text: str) -> dict[str, Any]:
-    """The line stored for one segment result (``text``: the segment's source)."""
+    """The row stored for one segment result (``text``: the segment's source)."""
     return {
         "request_id": result.request_id,
         "doc_id": result.doc_id,
@@ -82,8 +102,11 @@ class JobState:
         if self.exists():
             manifest = self.manifest()
             pid, host = manifest.get("pid"), manifest.get("host")
-            if (manifest.get("state") == "running" and pid != os.getpid()
-                    and process_alive(pid, host)):
+            if (
+                manifest.get("state") == "running"
+                and pid != os.getpid()
+                and process_alive(pid, host)
+            ):
                 raise BulkError(f"job {self.job_id} is already running (pid {pid} on {host})")
             for key in _IDENTITY:
                 if manifest.get(key) != identity.get(key):
@@ -94,8 +117,15 @@ class JobState:
             manifest["runs"] = manifest.get("runs", 0) + 1
         else:
             manifest = {"job_id": self.job_id, "created_at": now, "runs": 1}
-        manifest.update(identity, **fields, state="running", pid=os.getpid(),
-                        host=socket.gethostname(), updated_at=now)
+        manifest.pop("cancel_requested_at", None)  # a new run after a cancel goes ahead
+        manifest.update(
+            identity,
+            **fields,
+            state="running",
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            updated_at=now,
+        )
         self._write_manifest(manifest)
         return manifest
 
@@ -106,49 +136,93 @@ class JobState:
         self._write_manifest(manifest)
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
-        tmp = self.manifest_path.with_suffix(".tmp")
+        # A name of the writer's own: `bulk cancel` may write while a run does.
+        tmp = self.manifest_path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
         tmp.replace(self.manifest_path)
 
+    def request_cancel(self) -> dict[str, Any]:
+        """Mark the job cancelled: a running run stops, a stopped job stays stopped."""
+        manifest = self.manifest()
+        alive = manifest.get("state") == "running" and process_alive(
+            manifest.get("pid"), manifest.get("host")
+        )
+        fields: dict[str, Any] = {"cancel_requested_at": now_ms()}
+        if not alive:
+            fields["state"] = "cancelled"
+        self.update(**fields)
+        return self.manifest()
+
+    def cancel_requested(self) -> bool:
+        """Whether ``bulk cancel`` asked the running job to stop."""
+        try:
+            return "cancel_requested_at" in self.manifest()
+        except (BulkError, json.JSONDecodeError):
+            return False
+
+    @contextlib.contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        self.path.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.results_path, timeout=30)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.executescript(_SCHEMA)
+            with connection:  # one transaction: committed on success
+                yield connection
+        finally:
+            connection.close()
+
     def append(self, records: Sequence[dict[str, Any]]) -> None:
-        """Add result lines and flush them to the OS."""
+        """Store result rows (one transaction)."""
         if not records:
             return
-        with self.results_path.open("a", encoding="utf-8") as out:
-            out.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        placeholders = ", ".join(f":{c}" for c in _COLUMNS)
+        rows = [{c: record.get(c) for c in _COLUMNS} for record in records]
+        with self._db() as db:
+            db.executemany(f"INSERT INTO results VALUES ({placeholders})", rows)
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Every stored result line; a line cut short by a crash is skipped."""
-        try:
-            lines = self.results_path.open(encoding="utf-8")
-        except FileNotFoundError:
+        """Every stored result row, in the order stored."""
+        if not self.results_path.exists():
             return
-        with lines:
-            for number, line in enumerate(lines, 1):
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    log.warning("%s:%d: skipping an unreadable line", self.results_path, number)
+        with self._db() as db:
+            cursor = db.execute(f"SELECT {', '.join(_COLUMNS)} FROM results ORDER BY rowid")
+            for row in cursor:
+                yield dict(zip(_COLUMNS, row, strict=True))
 
     def completed(self, tasks: Iterable[SegmentTask]) -> dict[str, SegmentOutcome]:
         """``ok`` results made for these tasks' current texts, by request id."""
         wanted = {t.request_id: text_digest(t.text) for t in tasks}
+        if not wanted or not self.results_path.exists():
+            return {}
         done: dict[str, SegmentOutcome] = {}
-        for record in self.records():
-            rid = record.get("request_id")
-            if (record.get("status") == "ok" and rid in wanted
-                    and record.get("source") == wanted[rid]
-                    and record.get("translation") is not None):
-                done[rid] = SegmentOutcome("ok", record["translation"])
+        ids = list(wanted)
+        with self._db() as db:
+            for start in range(0, len(ids), _LOOKUP_CHUNK):
+                chunk = ids[start : start + _LOOKUP_CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                cursor = db.execute(
+                    "SELECT request_id, source, translation FROM results WHERE status = 'ok' "
+                    f"AND translation IS NOT NULL AND request_id IN ({marks})",
+                    chunk,
+                )
+                for rid, source, translation in cursor:
+                    if source == wanted[rid]:
+                        done.setdefault(rid, SegmentOutcome("ok", translation))
         return done
 
     def progress(self) -> Progress:
-        """Distinct segments with an ok result, and with only failed results."""
-        ok: set[str] = set()
-        failed: set[str] = set()
-        for record in self.records():
-            (ok if record.get("status") == "ok" else failed).add(record.get("request_id", ""))
-        return Progress(completed=len(ok), errors=len(failed - ok))
+        """Distinct segments: with an ok result, with only failures, cancelled (and not ok)."""
+        if not self.results_path.exists():
+            return Progress(0, 0)
+        with self._db() as db:
+            completed, failed, cancelled = db.execute(
+                "SELECT COALESCE(SUM(ok > 0), 0), COALESCE(SUM(ok = 0 AND cancelled = 0), 0), "
+                "COALESCE(SUM(ok = 0 AND cancelled > 0), 0) FROM ("
+                "SELECT SUM(status = 'ok') AS ok, SUM(status = 'cancelled') AS cancelled "
+                "FROM results GROUP BY request_id)"
+            ).fetchone()
+        return Progress(completed=completed, errors=failed, cancelled=cancelled)
 
 
 def process_alive(pid: int | None, host: str | None) -> bool:

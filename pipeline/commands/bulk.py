@@ -8,11 +8,12 @@ from typing import Any
 
 import click
 
-from pipeline.bulk import BulkError
-from pipeline.bulk.readers import FORMATS, read_corpus
+from pipeline.bulk import BulkCancelled, BulkError
+from pipeline.bulk.readers import FORMATS, CorpusReader
 from pipeline.bulk.requests import check_job_id, default_job_id
 from pipeline.bulk.runner import JobSpec, run_job
 from pipeline.bulk.state import JobState, Progress, process_alive
+from pipeline.cancel import cancels_for, publish_cancels
 from pipeline.pairs import Pair
 from pipeline.settings import Settings
 
@@ -54,7 +55,7 @@ def run(
     id_column: str | None, text_column: str, fmt: str, job_id: str | None,
     tenant: str | None, domain: str | None, max_in_flight: int | None, as_json: bool,
 ) -> None:
-    """Translate every document of INPUT... (Parquet, JSONL, text files or folders)."""
+    """Translate every document of INPUT... (Parquet, JSONL, CSV, text files or folders)."""
     pair = Pair(src, tgt)
     resolved = tuple(str(p.resolve()) for p in inputs)
     job_id = _checked_job_id(job_id or default_job_id(
@@ -66,10 +67,12 @@ def run(
     spec = JobSpec(job_id=job_id, pair=pair, output=output.resolve(), inputs=resolved, fmt=fmt,
                    id_column=id_column, text_column=text_column, tenant=tenant, domain=domain)
     try:
-        corpus = read_corpus(list(inputs), fmt=fmt, id_column=id_column,  # type: ignore[arg-type]
-                             text_column=text_column)
-        click.echo(f"job {job_id}: {len(corpus)} documents -> {output}", err=True)
-        report = run_job(settings, spec, corpus)
+        reader = CorpusReader(list(inputs), fmt=fmt, id_column=id_column,  # type: ignore[arg-type]
+                              text_column=text_column)
+        click.echo(f"job {job_id}: {reader.scan().documents} documents -> {output}", err=True)
+        report = run_job(settings, spec, reader)
+    except BulkCancelled as exc:
+        raise click.ClickException(f"{exc}; rerun the same command to resume it") from None
     except BulkError as exc:
         raise click.ClickException(str(exc)) from None
     summary = report.as_dict()
@@ -91,7 +94,8 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
     name = manifest.get("state")
     if name == "running" and not process_alive(manifest.get("pid"), manifest.get("host")):
         name = "interrupted"
-    total = manifest.get("segments_total", 0)
+    # a streaming run knows its segment count only at the end
+    total = manifest.get("segments_total") or 0
     if manifest.get("engine") == "spark":  # results live on Kafka; counts from the last assembly
         assembly = manifest.get("last_assembly")
         failed = assembly["segments_failed"] if assembly else 0
@@ -104,7 +108,10 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
         "segments_total": total,
         "segments_completed": progress.completed,
         "segments_errors": progress.errors,
-        "segments_pending": max(0, total - progress.completed - progress.errors),
+        "segments_cancelled": progress.cancelled,
+        "segments_pending": max(
+            0, total - progress.completed - progress.errors - progress.cancelled),
+        "cancel_requested_at": manifest.get("cancel_requested_at"),
         "output": manifest.get("output"),
         "inputs": manifest.get("inputs"),
         "runs": manifest.get("runs"),
@@ -132,10 +139,32 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     click.echo(f"job       {doc['job_id']} ({doc['pair']})\n"
                f"state     {doc['state']}\n"
                f"documents {doc['documents']}\n"
-               f"segments  {done}/{total} completed{share}, {doc['segments_errors']} errors, "
+               f"segments  {done}/{total or '?'} completed{share}, {doc['segments_errors']} "
+               f"errors, {doc['segments_cancelled']} cancelled, "
                f"{doc['segments_pending']} pending\n"
                f"output    {doc['output']}\n"
                f"state dir {doc['state_dir']}")
+
+
+@bulk.command()
+@click.argument("job_id")
+@click.pass_obj
+def cancel(settings: Settings, job_id: str) -> None:
+    """Cancel bulk job JOB_ID: no segment of it not yet translated is translated.
+
+    Workers resolve its pending segments as `cancelled` without compute, a
+    running `bulk run` of it stops, and `bulk status` says `cancelled`.
+    Running the same `bulk run` command again resumes the job.
+    """
+    job_id = _checked_job_id(job_id)
+    state = JobState(settings.bulk.state_dir, job_id)
+    try:
+        state.manifest()  # the job must exist here, or the id is probably mistyped
+    except BulkError as exc:
+        raise click.ClickException(str(exc)) from None
+    publish_cancels(settings, cancels_for(job_ids=[job_id], requested_by="bulk cancel"))
+    manifest = state.request_cancel()
+    click.echo(f"job {job_id}: cancel requested (state {manifest['state']})", err=True)
 
 
 @bulk.command("spark-submit")

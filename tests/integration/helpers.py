@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+
+from pipeline.bulk.plan import BatchPlan, plan_batch
+from pipeline.bulk.readers import CorpusReader
 
 
 class TopicTail:
@@ -47,3 +51,9 @@ class TopicTail:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def plan_corpus(job_id: str, inputs: list[Path], max_segment_bytes: int) -> list[BatchPlan]:
+    """Every batch plan of a corpus, as ``bulk run`` makes them (for expected request ids)."""
+    return [plan_batch(job_id, batch, max_segment_bytes)
+            for batch in CorpusReader(inputs).documents()]

@@ -27,15 +27,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.bulk.plan import build_plan
-from pipeline.bulk.readers import corpus_from_table
+from pipeline.bulk.plan import BatchPlan
+from pipeline.bulk.segmenter import Segmentation
 from pipeline.bulk.state import JobState
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.local_worker import WorkerProcess
 from pipeline.messages import TranslationRequest, TranslationResult
 from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
-from tests.integration.helpers import TopicTail
+from tests.integration.helpers import TopicTail, plan_corpus
 
 pytestmark = pytest.mark.integration
 
@@ -108,6 +108,14 @@ def failures(state: JobState) -> list[str]:
             for r in state.records() if r["status"] != "ok"]
 
 
+def documents_of(plans: list[BatchPlan]) -> Iterator[tuple[int, Segmentation | None, list[str]]]:
+    """(corpus position, segmentation, its segments' request ids) of every document."""
+    for plan in plans:
+        for doc_index, segmentation in enumerate(plan.documents):
+            ids = [t.request_id for t in plan.tasks if t.doc_index == doc_index]
+            yield plan.batch.first + doc_index, segmentation, ids
+
+
 def results_by_id(records: list) -> dict[str, TranslationResult]:
     """First ok result per request id (at-least-once: duplicates are possible)."""
     out: dict[str, TranslationResult] = {}
@@ -135,9 +143,8 @@ def test_two_thousand_documents_in_order_and_faithful(
     elapsed = time.monotonic() - started
     assert report["errors"] == 0, failures(JobState(tmp_path / "state", report["job_id"]))
 
-    plan = build_plan(report["job_id"], corpus_from_table(table),
-                      settings.limits.max_text_bytes)
-    wanted = {t.request_id for t in plan.tasks}
+    plans = plan_corpus(report["job_id"], [src], settings.limits.max_text_bytes)
+    wanted = {t.request_id for plan in plans for t in plan.tasks}
     assert report["segments_total"] == len(wanted) > 2000
     by_id = results_by_id(results.read_until(lambda rs: wanted <= set(results_by_id(rs)), 60))
     assert wanted <= set(by_id)
@@ -148,16 +155,15 @@ def test_two_thousand_documents_in_order_and_faithful(
     assert output.column("text").to_pylist() == texts
     assert set(output.column("status").to_pylist()) == {"ok"}
     translations = output.column("translation").to_pylist()
-    for doc_index, segmentation in enumerate(plan.documents):
+    for position, segmentation, ids in documents_of(plans):
         if segmentation is None:
-            assert translations[doc_index] is None
+            assert translations[position] is None
             continue
-        ids = [t.request_id for t in plan.tasks if t.doc_index == doc_index]
         expected = segmentation.join([by_id[rid].translation or "" for rid in ids])
-        assert translations[doc_index] == expected, f"document {doc_index}"
+        assert translations[position] == expected, f"document {position}"
     assert translations[13] == "" and translations[7] == "  \r\n\t"
     assert "\r\n\r\n" in translations[3]
-    long_doc = plan.documents[1000]
+    long_doc = next(seg for position, seg, _ in documents_of(plans) if position == 1000)
     assert long_doc is not None and len(long_doc.segments) >= 3  # cut at the byte limit
     print(f"\n2,000 documents, {len(wanted)} segments in {elapsed:.1f}s "
           f"({len(wanted) / elapsed:.0f} segments/s, cache {report['cache']})")
@@ -171,14 +177,15 @@ def test_killed_run_resumes_without_translating_finished_segments(
     table = write_input(src, texts)
     tenant = f"bulk-kill-{uuid.uuid4().hex[:8]}"
     command = bulk_command(src, out, tenant, "--max-in-flight", "150", "--job-id", tenant)
-    plan = build_plan(tenant, corpus_from_table(table), settings.limits.max_text_bytes)
+    plans = plan_corpus(tenant, [src], settings.limits.max_text_bytes)
+    tasks = [t for plan in plans for t in plan.tasks]
     state = JobState(state_dir, tenant)
 
     first = subprocess.Popen(command, env=bulk_env(state_dir), stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and first.poll() is None:
-        if state.results_path.exists() and sum(1 for _ in state.records()) >= len(plan.tasks) // 3:
+        if state.results_path.exists() and sum(1 for _ in state.records()) >= len(tasks) // 3:
             break
         time.sleep(0.05)
     assert first.poll() is None, "the first run ended before it could be killed"
@@ -187,9 +194,9 @@ def test_killed_run_resumes_without_translating_finished_segments(
 
     lines_first = list(state.records())
     done_first = {r["request_id"] for r in lines_first if r["status"] == "ok"}
-    assert 0 < len(done_first) < len(plan.tasks)
+    assert 0 < len(done_first) < len(tasks)
     assert state.manifest()["state"] == "running"  # killed: no chance to say otherwise
-    unfinished = {t.request_id: t.text for t in plan.tasks if t.request_id not in done_first}
+    unfinished = {t.request_id: t.text for t in tasks if t.request_id not in done_first}
 
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
     published = TopicTail(settings.kafka.bootstrap_servers, bulk_topic(PAIR))
@@ -198,7 +205,7 @@ def test_killed_run_resumes_without_translating_finished_segments(
     assert second.returncode == 0, second.stderr[-3000:]
     report = json.loads(second.stdout.strip().splitlines()[-1])
     assert report["reused"] == len(done_first)
-    assert report["completed"] == len(plan.tasks) - len(done_first)
+    assert report["completed"] == len(tasks) - len(done_first)
     assert report["errors"] == 0, failures(state)
 
     mine = tenant.encode()
@@ -228,7 +235,6 @@ def test_killed_run_resumes_without_translating_finished_segments(
     assert set(output.column("status").to_pylist()) == {"ok"}
     ok = {r["request_id"]: r["translation"] for r in state.records() if r["status"] == "ok"}
     translations = output.column("translation").to_pylist()
-    for doc_index, segmentation in enumerate(plan.documents):
+    for position, segmentation, ids in documents_of(plans):
         if segmentation is not None:
-            ids = [t.request_id for t in plan.tasks if t.doc_index == doc_index]
-            assert translations[doc_index] == segmentation.join([ok[rid] for rid in ids])
+            assert translations[position] == segmentation.join([ok[rid] for rid in ids])

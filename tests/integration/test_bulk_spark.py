@@ -18,12 +18,10 @@ import pytest
 from kafka import KafkaProducer
 
 from pipeline.bulk.assemble import SegmentOutcome, assemble_table
-from pipeline.bulk.plan import build_plan
-from pipeline.bulk.readers import corpus_from_table
 from pipeline.messages import TranslationRequest, TranslationResult
 from pipeline.pairs import Pair
 from pipeline.settings import Settings, load_settings
-from tests.integration.helpers import TopicTail
+from tests.integration.helpers import TopicTail, plan_corpus
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,14 +75,14 @@ def test_spark_submit_and_assemble_match_the_cli(
     tail = TopicTail(settings.kafka.bootstrap_servers, requests_topic)
     report = bulk_spark.submit(spark, settings, input_path=str(source), pair=PAIR,
                                job_id=job_id, topic=requests_topic)
-    corpus = corpus_from_table(table)
-    plan = build_plan(job_id, corpus, settings.limits.max_text_bytes)
-    assert report["segments_total"] == report["published"] == len(plan.tasks)
+    plans = plan_corpus(job_id, [source], settings.limits.max_text_bytes)
+    tasks = [task for plan in plans for task in plan.tasks]
+    assert report["segments_total"] == report["published"] == len(tasks)
     assert report["documents"] == len(TEXTS)
 
-    records = tail.read_until(lambda rs: len(rs) >= len(plan.tasks), 60)
+    records = tail.read_until(lambda rs: len(rs) >= len(tasks), 60)
     requests = [TranslationRequest.from_json(r.value) for r in records]
-    assert sorted(r.request_id for r in requests) == sorted(t.request_id for t in plan.tasks)
+    assert sorted(r.request_id for r in requests) == sorted(t.request_id for t in tasks)
 
     # Play the worker: upper-case translations, an error for the FAIL sentence.
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
@@ -107,7 +105,10 @@ def test_spark_submit_and_assemble_match_the_cli(
     assert summary["doc_statuses"] == {"ok": 5, "partial": 1}
 
     spark_out = pq.read_table(output)
-    cli_out = assemble_table(table, plan.assemble(outcomes))
+    for plan in plans:
+        plan.outcomes.update({t.request_id: outcomes[t.request_id] for t in plan.tasks})
+    cli_out = pa.Table.from_batches(
+        [assemble_table(plan.batch.rows, plan.assemble()) for plan in plans])
     assert spark_out.column_names == cli_out.column_names
     assert [_normalized(f.type) for f in spark_out.schema] == [
         _normalized(f.type) for f in cli_out.schema]

@@ -6,9 +6,15 @@ import pyarrow as pa
 import pytest
 
 from pipeline.bulk import BulkError
-from pipeline.bulk.assemble import SegmentOutcome, assemble_document, assemble_table
-from pipeline.bulk.plan import build_plan
-from pipeline.bulk.readers import corpus_from_table
+from pipeline.bulk.assemble import (
+    SegmentOutcome,
+    assemble_document,
+    assemble_table,
+    output_schema,
+)
+from pipeline.bulk.plan import plan_batch
+from pipeline.bulk.readers import DocumentBatch
+from pipeline.bulk.requests import request_id
 from pipeline.bulk.schema import OUTPUT_FIELDS
 from pipeline.bulk.segmenter import segment_document
 
@@ -52,30 +58,43 @@ def test_an_ok_result_without_translation_is_not_ok() -> None:
     assert doc.status == "error"
 
 
-def test_plan_assembles_every_document_in_input_order() -> None:
+def batch_of(table: pa.Table) -> DocumentBatch:
+    (rows,) = table.to_batches()
+    return DocumentBatch(rows, table.column("id").to_pylist(),
+                         table.column("text").to_pylist(), 0)
+
+
+def test_plan_assembles_every_document_of_a_batch_in_input_order() -> None:
     table = pa.table({
         "id": ["d2", "d1", "d3", "d4"],
         "text": ["B one. B two.", "A one.", "", None],
         "meta": [2, 1, 3, 4],
     })
-    corpus = corpus_from_table(table)
-    plan = build_plan("job", corpus, 16 * 1024)
+    plan = plan_batch("job", batch_of(table), 16 * 1024)
     assert [(t.doc_index, t.segment_index) for t in plan.tasks] == [(0, 0), (0, 1), (1, 0)]
+    assert plan.tasks[0].request_id == request_id("job", "d2", 0)
     # results arrive in any order; one is missing
-    results = {t.request_id: ok(t.text.upper()) for t in reversed(plan.tasks[1:])}
-    documents = plan.assemble(results)
+    plan.outcomes.update({t.request_id: ok(t.text.upper()) for t in reversed(plan.tasks[1:])})
+    assert not plan.done
+    documents = plan.assemble()
     assert [d.status for d in documents] == ["partial", "ok", "ok", "ok"]
     assert [d.translation for d in documents] == ["B one. B TWO.", "A ONE.", "", None]
 
-    out = assemble_table(corpus.table, documents)
+    out = assemble_table(plan.batch.rows, documents)
+    assert out.schema == output_schema(table.schema)
     assert out.column_names == ["id", "text", "meta", "translation", "status", "errors"]
     assert out.column("id").to_pylist() == ["d2", "d1", "d3", "d4"]
     assert out.schema.field("errors").type == OUTPUT_FIELDS[2].type
     assert out.column("errors").to_pylist()[0] == [
         {"segment_index": 0, "status": "missing", "error": "no result"}]
+    plan.outcomes[plan.tasks[0].request_id] = ok("X")
+    assert plan.done
 
 
 def test_output_columns_must_not_exist_in_the_input() -> None:
-    corpus = corpus_from_table(pa.table({"text": ["x"], "status": ["draft"]}))
+    table = pa.table({"id": ["a"], "text": ["x"], "status": ["draft"]})
     with pytest.raises(BulkError, match="status"):
-        assemble_table(corpus.table, build_plan("j", corpus, 1024).assemble({}))
+        output_schema(table.schema)
+    plan = plan_batch("j", batch_of(table), 1024)
+    with pytest.raises(BulkError, match="status"):
+        assemble_table(plan.batch.rows, plan.assemble())

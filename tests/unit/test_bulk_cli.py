@@ -14,13 +14,14 @@ from pipeline.cli import main
 def test_status_reports_counts_and_an_interrupted_run(tmp_path: Path) -> None:
     state = JobState(tmp_path, "job-1")
     state.start({"pair": "en_en-XA", "tenant": None, "domain": None}, documents=2,
-                segments_total=4, output="/out.parquet")
+                segments_total=5, output="/out.parquet")
     state.update(pid=2**22 + 12345)  # a run that died without saying so
     state.append([
         {"request_id": "a", "status": "ok", "translation": "x"},
         {"request_id": "b", "status": "error", "translation": None},
         {"request_id": "c", "status": "timeout", "translation": None},
         {"request_id": "c", "status": "ok", "translation": "y"},
+        {"request_id": "d", "status": "cancelled", "translation": None},
     ])
     env = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path)}
     result = CliRunner().invoke(main, ["bulk", "status", "job-1", "--json"], env=env)
@@ -28,11 +29,11 @@ def test_status_reports_counts_and_an_interrupted_run(tmp_path: Path) -> None:
     doc = json.loads(result.output)
     assert doc["state"] == "interrupted"
     assert (doc["segments_total"], doc["segments_completed"], doc["segments_errors"],
-            doc["segments_pending"]) == (4, 2, 1, 1)
+            doc["segments_cancelled"], doc["segments_pending"]) == (5, 2, 1, 1, 1)
     assert doc["output"] == "/out.parquet"
 
     text = CliRunner().invoke(main, ["bulk", "status", "job-1"], env=env)
-    assert "2/4 completed (50.0%), 1 errors, 1 pending" in text.output
+    assert "2/5 completed (40.0%), 1 errors, 1 cancelled, 1 pending" in text.output
 
 
 def test_status_of_an_unknown_job(tmp_path: Path) -> None:
@@ -40,3 +41,10 @@ def test_status_of_an_unknown_job(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["bulk", "status", "nope"], env=env)
     assert result.exit_code == 1
     assert "no bulk job" in result.output
+
+
+def test_cancel_of_an_unknown_job(tmp_path: Path) -> None:
+    env = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path)}
+    result = CliRunner().invoke(main, ["bulk", "cancel", "nope"], env=env)
+    assert result.exit_code == 1
+    assert "no bulk job 'nope'" in result.output

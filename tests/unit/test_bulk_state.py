@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.bulk import BulkError
 from pipeline.bulk.plan import SegmentTask
-from pipeline.bulk.state import JobState, result_record
+from pipeline.bulk.state import JobState, Progress, result_record
 from pipeline.messages import TranslationRequest, TranslationResult
 
 IDENTITY = {"pair": "en_en-XA", "tenant": None, "domain": None}
@@ -38,14 +38,32 @@ def test_completed_reuses_only_ok_results_for_the_same_text(tmp_path: Path) -> N
     assert (progress.completed, progress.errors) == (2, 1)
 
 
-def test_a_line_cut_short_by_a_crash_is_skipped(tmp_path: Path) -> None:
+def test_lookups_of_many_segments_go_in_chunks(tmp_path: Path) -> None:
     state = JobState(tmp_path, "job")
     state.start(IDENTITY)
-    task = SegmentTask("job:d:0", 0, 0, "x")
-    state.append([result(task)])
-    with state.results_path.open("a") as out:
-        out.write('{"request_id": "job:d:1", "sta')
-    assert set(state.completed([task])) == {task.request_id}
+    tasks = [SegmentTask(f"job:d:{i}", 0, i, f"text {i}") for i in range(1300)]
+    state.append([result(t) for t in tasks[::2]])
+    reopened = JobState(tmp_path, "job")
+    assert set(reopened.completed(tasks)) == {t.request_id for t in tasks[::2]}
+
+
+def test_cancelled_segments_count_apart_and_are_retried(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job")
+    state.start(IDENTITY)
+    a, b = (SegmentTask(f"job:d:{i}", 0, i, f"text {i}") for i in range(2))
+    state.append([result(a, "cancelled", None), result(b, "error", None)])
+    assert state.progress() == Progress(completed=0, errors=1, cancelled=1)
+    assert state.completed([a, b]) == {}
+
+
+def test_cancel_of_a_stopped_job_marks_it_at_once(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job")
+    state.start(IDENTITY)
+    state.update(state="interrupted", pid=None)
+    assert state.request_cancel()["state"] == "cancelled"
+    assert state.cancel_requested()
+    state.start(IDENTITY)  # running it again goes ahead
+    assert not state.cancel_requested()
 
 
 def test_reopening_counts_runs_and_refuses_other_settings(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ContractError
-from pipeline.settings import KafkaSettings, Settings, StackSettings
+from pipeline.settings import KafkaSettings, LimitSettings, Settings, StackSettings
 from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
 from pipeline.stack.redis import render_redis_conf
@@ -66,7 +66,18 @@ def test_topic_specs_cover_the_design() -> None:
         "translate.bulk.en_de": 3,
         "translate.requests.en_en-XA": 3,
         "translate.bulk.en_en-XA": 3,
+        "translate.cancel": settings.kafka.cancel_partitions,
+        "translate.dlq.replayed": settings.kafka.replay_marker_partitions,
     }
+
+
+def test_control_topics_are_compacted_and_cancels_expire_with_the_longest_deadline() -> None:
+    settings = Settings(limits=LimitSettings(max_timeout_ms=600_000))
+    specs = topic_specs(settings)
+    cancel = specs["translate.cancel"].config
+    assert cancel["cleanup.policy"] == "compact,delete"
+    assert cancel["retention.ms"] == "600000"
+    assert specs["translate.dlq.replayed"].config == {"cleanup.policy": "compact"}
 
 
 def test_topic_specs_reject_bad_pair() -> None:
