@@ -178,7 +178,7 @@ class BulkSettings(_Section):
     spark_driver_memory: str = "1g"
     spark_shuffle_partitions: int = Field(4, ge=1)
     # input rows plus translations held for in-order assembly; reading pauses above it
-    window_bytes: int = Field(64 << 20, ge=1)
+    window_bytes: int = Field(32 << 20, ge=1)
 
 
 class ObservabilitySettings(_Section):

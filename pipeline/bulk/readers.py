@@ -45,8 +45,10 @@ SUFFIXES: dict[str, Format] = {
     ".md": "text",
 }
 DEFAULT_ID_COLUMN = "id"
-# rows per record batch, and bytes per JSON Lines chunk
+# rows per record batch (at most), about how many bytes one batch holds, bytes per JSONL chunk
 BATCH_ROWS = 1024
+BATCH_BYTES = 4 << 20
+PROBE_ROWS = 16
 JSONL_CHUNK_BYTES = 8 << 20
 
 
@@ -111,15 +113,40 @@ class _ParquetSource(_Source):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self._dataset = ds.dataset(path, format="parquet", partitioning="hive")
+        self._batch_rows: int | None = None
 
     def schema(self) -> pa.Schema:
         return self._dataset.schema
 
+    def _rows_per_batch(self) -> int:
+        """Rows that make about :data:`BATCH_BYTES`, measured on the first rows.
+
+        (Row-group metadata cannot tell: dictionary-encoded repeated texts are tiny
+        on disk and full size in memory.)
+        """
+        if self._batch_rows is None:
+            probe = next(
+                iter(
+                    self._dataset.to_batches(
+                        batch_size=PROBE_ROWS, batch_readahead=0, fragment_readahead=1
+                    )
+                ),
+                None,
+            )
+            if probe is None or not probe.num_rows or not probe.nbytes:
+                self._batch_rows = BATCH_ROWS
+            else:
+                per_row = probe.nbytes / probe.num_rows
+                self._batch_rows = max(1, min(BATCH_ROWS, int(BATCH_BYTES / per_row)))
+        return self._batch_rows
+
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
-        # One fragment and one batch of read-ahead: memory follows the batch, not the file.
+        # One fragment and one batch of read-ahead: memory follows the batch (and the
+        # file's row groups, which Parquet reads a column chunk at a time), not the file.
+        rows = BATCH_ROWS if columns is not None else self._rows_per_batch()
         yield from self._dataset.to_batches(
             columns=list(columns) if columns is not None else None,
-            batch_size=BATCH_ROWS,
+            batch_size=rows,
             batch_readahead=1,
             fragment_readahead=1,
         )

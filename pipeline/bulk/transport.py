@@ -66,7 +66,7 @@ class JobResults:
             **kafka_python_options(settings, "bulk-results"),
             group_id=None,
             enable_auto_commit=False,
-            max_poll_records=2000,
+            max_poll_records=500,
         )
         partitions = self._consumer.partitions_for_topic(topic)
         if not partitions:

@@ -13,6 +13,7 @@ BENCHES: dict[str, str] = {
     "sla": "pipeline.commands.bench_sla:sla",
     "compare": "pipeline.commands.bench_pipeline:compare",
     "interference": "pipeline.commands.bench_bulk:interference",
+    "bulk-memory": "pipeline.commands.bench_memory:bulk_memory",
 }
 
 

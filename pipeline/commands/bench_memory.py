@@ -1,0 +1,59 @@
+"""``babelstream bench bulk-memory``: peak RSS of ``bulk run`` as the corpus grows."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import click
+
+from pipeline.bench.bulk_memory import measure_bulk_memory
+from pipeline.commands.bench_pipeline import machine_info
+from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.settings import Settings
+
+
+@click.command("bulk-memory")
+@click.option(
+    "--mb",
+    "sizes",
+    type=float,
+    multiple=True,
+    default=(64.0, 256.0),
+    show_default=True,
+    help="Corpus sizes in MB of text (repeatable).",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where corpora and outputs go [default: a temporary folder].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line.")
+@click.pass_obj
+def bulk_memory(
+    settings: Settings, sizes: tuple[float, ...], work_dir: Path | None, as_json: bool
+) -> None:
+    """Run `bulk run` on generated corpora of each size; print peak RSS per size.
+
+    Starts a worker; the corpus and output of each size are written to
+    --work-dir (a 2 GB corpus needs about 2 GB there, plus its output).
+    """
+    log_path = settings.stack.home / "log" / "bench-worker.log"
+    with WorkerProcess(settings, log_path=log_path), tempfile.TemporaryDirectory() as tmp:
+        base = work_dir or Path(tmp)
+        runs = [measure_bulk_memory(base, size, DEMO_PAIR) for size in sizes]
+    peaks = [run["peak_rss_mb"] for run in runs]
+    doc = {
+        "bench": "bulk-memory",
+        "runs": runs,
+        "peak_rss_growth_mb": round(max(peaks) - min(peaks), 1),
+        "under_500mb": max(peaks) < 500,
+        "bulk": {
+            "max_in_flight": settings.bulk.max_in_flight,
+            "window_bytes": settings.bulk.window_bytes,
+        },
+        "machine": machine_info(),
+    }
+    click.echo(json.dumps(doc, indent=None if as_json else 2))
