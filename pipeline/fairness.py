@@ -17,8 +17,9 @@ only different tenants' requests overtake each other.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
 
 DEFAULT_TENANT = "default"
@@ -102,9 +103,67 @@ class DeficitRoundRobin(Generic[T]):
             else:
                 del self._deficits[tenant]
 
+    def remove(self, drop: Callable[[T], bool]) -> list[T]:
+        """Take every held item for which ``drop`` is true out (e.g. of revoked partitions)."""
+        dropped: list[T] = []
+        for tenant in list(self._queues):
+            queue = self._queues[tenant]
+            kept = deque(item for item in queue if not drop(item))
+            dropped.extend(item for item in queue if drop(item))
+            if kept:
+                self._queues[tenant] = kept
+            else:
+                del self._queues[tenant]
+                del self._deficits[tenant]
+        self._held -= len(dropped)
+        return dropped
+
     def __len__(self) -> int:
         return self._held
 
     def held_by_tenant(self) -> dict[str, int]:
         """Items held per tenant (for metrics)."""
         return {tenant: len(queue) for tenant, queue in self._queues.items()}
+
+
+class FairRounds(Generic[T]):
+    """Work held between the agent that fetches it and the task that runs engine rounds.
+
+    The agent keeps fetching while rounds run, so a steady tenant's request
+    is seen (and served in the next round) however deep the flood before it
+    in the partition. :meth:`offer` waits while ``max_held`` items are held:
+    then nothing more is fetched until rounds drain them.
+    """
+
+    def __init__(self, rounds: DeficitRoundRobin[T], max_held: int) -> None:
+        self._rounds = rounds
+        self._max_held = max(1, max_held)
+        self._changed = asyncio.Condition()
+
+    async def offer(self, items: Sequence[T]) -> None:
+        """Hold ``items`` (waits first while the holding is full)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self._rounds) < self._max_held)
+            self._rounds.offer(items)
+            self._changed.notify_all()
+
+    async def next_round(self) -> list[T]:
+        """The next round's items (waits until something is held)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self._rounds) > 0)
+            chosen = self._rounds.next_round()
+            self._changed.notify_all()
+            return chosen
+
+    async def remove(self, drop: Callable[[T], bool]) -> list[T]:
+        """Take held items out (they will not run; their offsets stay uncommitted)."""
+        async with self._changed:
+            dropped = self._rounds.remove(drop)
+            self._changed.notify_all()
+            return dropped
+
+    def __len__(self) -> int:
+        return len(self._rounds)
+
+    def held_by_tenant(self) -> dict[str, int]:
+        return self._rounds.held_by_tenant()

@@ -1,7 +1,8 @@
 """Per-tenant quotas: characters per sliding window, counted in Redis for all workers.
 
 Each tenant with a quota has one Redis hash: field = window step number
-(``time // step``), value = characters admitted in that step. One Lua script
+(``time // step``), value = characters admitted in that step, and a sorted
+set of the request ids charged in the window. One Lua script
 drops steps older than the window, sums the rest and admits each request
 while the sum stays within the quota, all atomically on the Redis server and
 with the server's clock, so every worker charges the same counter and no two
@@ -28,9 +29,11 @@ from pipeline.settings import RedisSettings, TenantSettings
 
 log = logging.getLogger(__name__)
 
-# KEYS[1] = the tenant's hash; ARGV = window_ms, step_ms, quota, cost1, cost2, ...
-# Returns one integer per cost: -2 admitted, -1 rejected for good (cost > quota),
-# else rejected with that many milliseconds to wait.
+# KEYS[1] = the tenant's step counters (hash), KEYS[2] = request ids charged in the window
+# (sorted set, score = step); ARGV = window_ms, step_ms, quota, id1, cost1, id2, cost2, ...
+# Returns one integer per request: -2 admitted (charged now or already charged: a retried
+# batch or a redelivered request is not charged twice), -1 rejected for good
+# (cost > quota), else rejected with that many milliseconds to wait.
 _SCRIPT = """
 local window = tonumber(ARGV[1])
 local step = tonumber(ARGV[2])
@@ -40,6 +43,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local current = math.floor(now / step)
 local steps = math.floor(window / step)
 local oldest = current - steps + 1
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', oldest - 1)
 local used = 0
 local live = {}
 local fields = redis.call('HGETALL', KEYS[1])
@@ -56,13 +60,17 @@ end
 table.sort(live, function(a, b) return a[1] < b[1] end)
 local added = 0
 local out = {}
-for i = 4, #ARGV do
-  local cost = tonumber(ARGV[i])
-  if cost > quota then
+for i = 4, #ARGV, 2 do
+  local id = ARGV[i]
+  local cost = tonumber(ARGV[i + 1])
+  if redis.call('ZSCORE', KEYS[2], id) then
+    out[#out + 1] = -2
+  elseif cost > quota then
     out[#out + 1] = -1
   elseif used + cost <= quota then
     used = used + cost
     added = added + cost
+    redis.call('ZADD', KEYS[2], current, id)
     out[#out + 1] = -2
   else
     -- wait until the oldest steps have left the window and freed enough
@@ -83,6 +91,7 @@ if added > 0 then
   redis.call('HINCRBY', KEYS[1], tostring(current), added)
 end
 redis.call('PEXPIRE', KEYS[1], window + step)
+redis.call('PEXPIRE', KEYS[2], window + step)
 return out
 """
 
@@ -145,10 +154,17 @@ class QuotaLimiter:
         return t.default_quota_chars is not None or bool(t.quota_chars)
 
     def key(self, tenant: str) -> str:
-        return f"{self._prefix}:{tenant}"
+        """The tenant's counters (the braces keep both keys on one Redis Cluster slot)."""
+        return f"{self._prefix}:{{{tenant}}}"
 
-    def charge(self, costs: Mapping[str, Sequence[int]]) -> dict[str, list[QuotaDecision]]:
-        """Per tenant, one decision per cost (in order); admitted costs are charged."""
+    def charge(
+        self, costs: Mapping[str, Sequence[tuple[str, int]]]
+    ) -> dict[str, list[QuotaDecision]]:
+        """Per tenant, one decision per (request id, characters), in order.
+
+        Admitted requests are charged once: a request id already charged in
+        the window is admitted again without a second charge.
+        """
         window_ms = round(self._tenants.quota_window_s * 1000)
         step_ms = max(1, round(self._tenants.quota_step_s * 1000))
         decisions: dict[str, list[QuotaDecision]] = {}
@@ -164,11 +180,11 @@ class QuotaLimiter:
         try:
             with self._client.pipeline(transaction=False) as pipe:
                 for tenant, quota, tenant_costs in limited:
-                    self._script(
-                        keys=[self.key(tenant)],
-                        args=[window_ms, step_ms, quota, *tenant_costs],
-                        client=pipe,
-                    )
+                    args: list[str | int] = [window_ms, step_ms, quota]
+                    for request_id, cost in tenant_costs:
+                        args += [request_id, cost]
+                    self._script(keys=[self.key(tenant), f"{self.key(tenant)}:ids"],
+                                 args=args, client=pipe)
                 replies = pipe.execute()
         except redis.RedisError as exc:
             self._failed(exc)
@@ -183,7 +199,7 @@ class QuotaLimiter:
         return decisions
 
     async def charge_async(
-        self, costs: Mapping[str, Sequence[int]]
+        self, costs: Mapping[str, Sequence[tuple[str, int]]]
     ) -> dict[str, list[QuotaDecision]]:
         """:meth:`charge` in a thread, off the event loop."""
         return await asyncio.to_thread(self.charge, costs)

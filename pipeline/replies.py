@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from pipeline.kafka_clients import admin_client
@@ -86,3 +88,36 @@ class ReplyTopic:
                 self.delete()
             except Exception as error:  # never mask the call's own outcome
                 log.warning("could not delete reply topic %s: %s", self.name, error)
+
+
+class ReplyTopicCheck:
+    """Which reply topics exist, from a topic listing at most ``refresh_s`` old.
+
+    A worker copies a result to its reply topic only when the topic exists:
+    a client may delete its topic while results are still on their way, and
+    producing to a missing topic would either auto-create it (with the
+    broker's defaults, never deleted) or wait for metadata until a timeout.
+    The result itself is always on the shared results topic.
+    """
+
+    def __init__(
+        self,
+        list_topics: Callable[[], Awaitable[set[str]]],
+        refresh_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._list_topics = list_topics
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._known: set[str] = set()
+        self._listed_at: float | None = None
+
+    async def existing(self, names: set[str]) -> set[str]:
+        """Those of ``names`` that exist (as of a listing at most ``refresh_s`` old)."""
+        if not names:
+            return set()
+        now = self._clock()
+        if self._listed_at is None or now - self._listed_at >= self._refresh_s:
+            self._known = await self._list_topics()
+            self._listed_at = now
+        return names & self._known

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
 
-from pipeline.fairness import DeficitRoundRobin, tenant_label
+from pipeline.fairness import DeficitRoundRobin, FairRounds, tenant_label
 
 Item = tuple[str, int, int]  # (tenant, cost, sequence number)
 
@@ -101,3 +102,34 @@ def test_invalid_parameters() -> None:
 def test_requests_without_tenant_share_default() -> None:
     assert tenant_label(None) == tenant_label("") == "default"
     assert tenant_label("acme") == "acme"
+
+
+def test_remove_takes_out_matching_items_and_forgets_empty_tenants() -> None:
+    fair = drr(quantum=100)
+    fair.offer(items("a", 3) + items("b", 2))
+    dropped = fair.remove(lambda item: item[0] == "b" or item[2] == 0)
+    assert sorted(dropped) == [("a", 1, 0), ("b", 1, 0), ("b", 1, 1)]
+    assert len(fair) == 2 and fair.held_by_tenant() == {"a": 2}
+    assert fair.next_round() == [("a", 1, 1), ("a", 1, 2)]
+
+
+def test_fair_rounds_wait_for_work_and_hold_back_the_fetcher() -> None:
+    asyncio.run(asyncio.wait_for(_fair_rounds_scenario(), 5))
+
+
+async def _fair_rounds_scenario() -> None:
+    rounds = FairRounds(drr(quantum=2, max_items=64), max_held=4)
+    waiting = asyncio.create_task(rounds.next_round())
+    await asyncio.sleep(0)
+    assert not waiting.done(), "no work held: the round waits"
+    await rounds.offer(items("a", 5))  # room for 4: this batch is taken whole
+    assert await waiting == items("a", 2)
+    await rounds.offer(items("c", 1))  # 3 + 1 held
+    blocked = asyncio.create_task(rounds.offer(items("b", 1)))
+    await asyncio.sleep(0.01)
+    assert not blocked.done(), "4 held (max 4): the fetcher waits"
+    await rounds.next_round()
+    await asyncio.wait_for(blocked, 1)
+    assert rounds.held_by_tenant() == {"a": 1, "b": 1}
+    assert await rounds.remove(lambda item: item[0] == "a") == [("a", 1, 4)]
+    assert len(rounds) == 1
