@@ -6,7 +6,10 @@ at a time, so only the batches in flight are in memory.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
+
+import pyarrow as pa
 
 from pipeline.bulk.assemble import DocumentOutcome, SegmentOutcome, assemble_document
 from pipeline.bulk.readers import DocumentBatch
@@ -26,23 +29,30 @@ class SegmentTask:
 
 @dataclass
 class BatchPlan:
-    """A batch's segmentations (``None`` for a null text), tasks, and outcomes so far."""
+    """A batch's rows and ids, segmentations (``None`` for a null text), tasks, outcomes.
 
-    batch: DocumentBatch
+    The documents' texts live on only as their segments (and in ``rows``).
+    """
+
+    rows: pa.RecordBatch
+    ids: list[str]
+    first: int
     documents: list[Segmentation | None]
     tasks: list[SegmentTask]
     outcomes: dict[str, SegmentOutcome] = field(default_factory=dict)
+    # what the batch holds in memory (Arrow rows, Python strings), kept up to date
+    nbytes: int = 0
 
     @property
     def done(self) -> bool:
         """Whether every segment has an outcome."""
         return len(self.outcomes) >= len(self.tasks)
 
-    @property
-    def nbytes(self) -> int:
-        """Roughly what the batch holds in memory: its rows plus its translations."""
-        translated = sum(len(o.translation or "") for o in self.outcomes.values())
-        return self.batch.rows.nbytes + translated
+    def add(self, request_id: str, outcome: SegmentOutcome) -> None:
+        """Record one segment's outcome (the first one counts)."""
+        if request_id not in self.outcomes:
+            self.outcomes[request_id] = outcome
+            self.nbytes += sys.getsizeof(outcome.translation or "")
 
     def assemble(self) -> list[DocumentOutcome]:
         """Every document of the batch, in order (a segment without outcome: no result)."""
@@ -70,4 +80,8 @@ def plan_batch(job_id: str, batch: DocumentBatch, max_segment_bytes: int) -> Bat
             SegmentTask(request_id(job_id, doc_id, i), doc_index, i, segment.text)
             for i, segment in enumerate(segmentation.segments)
         )
-    return BatchPlan(batch, documents, tasks)
+    held = batch.rows.nbytes + sum(
+        sys.getsizeof(s.lead) + sys.getsizeof(s.text)
+        for seg in documents if seg is not None for s in seg.segments
+    )
+    return BatchPlan(batch.rows, batch.ids, batch.first, documents, tasks, nbytes=held)

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.dataset as ds
 import pyarrow.json as pa_json
+import pyarrow.parquet as pq
 
 from pipeline.bulk import BulkError
 from pipeline.bulk.requests import doc_key
@@ -47,7 +48,7 @@ SUFFIXES: dict[str, Format] = {
 DEFAULT_ID_COLUMN = "id"
 # rows per record batch (at most), about how many bytes one batch holds, bytes per JSONL chunk
 BATCH_ROWS = 1024
-BATCH_BYTES = 4 << 20
+BATCH_BYTES = 1 << 20
 PROBE_ROWS = 16
 JSONL_CHUNK_BYTES = 8 << 20
 
@@ -110,13 +111,33 @@ class _Source:
 
 
 class _ParquetSource(_Source):
+    """A Parquet file, or a folder of them (a dataset, hive partition folders included).
+
+    Each file is read with ``ParquetFile.iter_batches`` on one thread, a row
+    group at a time: the dataset scanner's read-ahead and parallel decoding
+    hold several row groups at once.
+    """
+
     def __init__(self, path: Path) -> None:
         super().__init__(path)
-        self._dataset = ds.dataset(path, format="parquet", partitioning="hive")
+        dataset = ds.dataset(path, format="parquet", partitioning="hive")
+        # (file, its hive partition values) in the dataset's (sorted) file order
+        self._files = [
+            (Path(fragment.path), ds.get_partition_keys(fragment.partition_expression))
+            for fragment in dataset.get_fragments()
+        ]
+        self._partition_fields = [
+            field for field in dataset.schema
+            if any(field.name in keys for _, keys in self._files)
+        ]
         self._batch_rows: int | None = None
 
     def schema(self) -> pa.Schema:
-        return self._dataset.schema
+        schemas = [pq.read_schema(file) for file, _ in self._files]
+        return unify([*schemas, pa.schema(self._partition_fields)], str(self.path))
+
+    def count(self) -> int:
+        return sum(pq.ParquetFile(file).metadata.num_rows for file, _ in self._files)
 
     def _rows_per_batch(self) -> int:
         """Rows that make about :data:`BATCH_BYTES`, measured on the first rows.
@@ -125,14 +146,7 @@ class _ParquetSource(_Source):
         on disk and full size in memory.)
         """
         if self._batch_rows is None:
-            probe = next(
-                iter(
-                    self._dataset.to_batches(
-                        batch_size=PROBE_ROWS, batch_readahead=0, fragment_readahead=1
-                    )
-                ),
-                None,
-            )
+            probe = next(iter(self._read(PROBE_ROWS, None)), None)
             if probe is None or not probe.num_rows or not probe.nbytes:
                 self._batch_rows = BATCH_ROWS
             else:
@@ -141,15 +155,26 @@ class _ParquetSource(_Source):
         return self._batch_rows
 
     def batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
-        # One fragment and one batch of read-ahead: memory follows the batch (and the
-        # file's row groups, which Parquet reads a column chunk at a time), not the file.
         rows = BATCH_ROWS if columns is not None else self._rows_per_batch()
-        yield from self._dataset.to_batches(
-            columns=list(columns) if columns is not None else None,
-            batch_size=rows,
-            batch_readahead=1,
-            fragment_readahead=1,
-        )
+        yield from self._read(rows, columns)
+
+    def _read(self, rows: int, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
+        for file, keys in self._files:
+            parquet = pq.ParquetFile(file)
+            names = set(parquet.schema_arrow.names)
+            wanted = None if columns is None else [c for c in columns if c in names]
+            for batch in parquet.iter_batches(batch_size=rows, columns=wanted,
+                                              use_threads=False):
+                yield self._with_partitions(batch, keys, columns)
+
+    def _with_partitions(
+        self, batch: pa.RecordBatch, keys: dict[str, object], columns: Sequence[str] | None
+    ) -> pa.RecordBatch:
+        for field in self._partition_fields:
+            if field.name in keys and (columns is None or field.name in columns):
+                value = pa.array([keys[field.name]] * batch.num_rows, field.type)
+                batch = batch.append_column(field, value)
+        return batch
 
 
 class _JsonlSource(_Source):

@@ -287,7 +287,8 @@ class _Pump:
                 return False
             plan = plan_batch(self._spec.job_id, batch, self._settings.limits.max_text_bytes)
             self._report.segments_total += len(plan.tasks)
-            plan.outcomes.update(self._state.completed(plan.tasks))
+            for request_id, outcome in self._state.completed(plan.tasks).items():
+                plan.add(request_id, outcome)
             self._report.reused += len(plan.outcomes)
             for task in plan.tasks:
                 if task.request_id not in plan.outcomes:
@@ -310,7 +311,7 @@ class _Pump:
         records = []
         for task in batch:
             plan, _ = self._owner[task.request_id]
-            doc_id = plan.batch.ids[task.doc_index]
+            doc_id = plan.ids[task.doc_index]
             records.append(
                 template.record(
                     template.request(doc_id, task.segment_index, task.text, submitted_at)
@@ -334,9 +335,8 @@ class _Pump:
         return len(records)
 
     def _record(self, plan: BatchPlan, result: TranslationResult) -> None:
-        plan.outcomes[result.request_id] = SegmentOutcome(
-            result.status, result.translation, result.error
-        )
+        plan.add(result.request_id,
+                 SegmentOutcome(result.status, result.translation, result.error))
         self._in_flight.discard(result.request_id)
         self._report.completed += 1
         if result.status == "ok":
@@ -351,6 +351,6 @@ class _Pump:
             plan = self._window.popleft()
             documents = plan.assemble()
             self._report.doc_statuses.update(d.status for d in documents)
-            self._output.write(assemble_table(plan.batch.rows, documents))
+            self._output.write(assemble_table(plan.rows, documents))
             written += len(documents)
         return written

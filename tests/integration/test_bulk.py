@@ -113,7 +113,7 @@ def documents_of(plans: list[BatchPlan]) -> Iterator[tuple[int, Segmentation | N
     for plan in plans:
         for doc_index, segmentation in enumerate(plan.documents):
             ids = [t.request_id for t in plan.tasks if t.doc_index == doc_index]
-            yield plan.batch.first + doc_index, segmentation, ids
+            yield plan.first + doc_index, segmentation, ids
 
 
 def results_by_id(records: list) -> dict[str, TranslationResult]:

@@ -1,10 +1,11 @@
 """``bulk run`` memory stays flat as the corpus grows (real stack, real worker).
 
-Two generated corpora, 16 MB and 64 MB of text, run with a small in-flight
+Two generated corpora, 8 MB and 32 MB of text, run with a small in-flight
 cap and assembly window; the peak resident set of the ``bulk run`` process
 (its own rusage) must not grow with the input. Holding the corpus, its
 segments or its results in memory, as a non-streaming runner does, adds
-several times the corpus size. The 2 GB run is ``babelstream bench
+several times the corpus size (the generated text has emoji and other
+non-Latin characters: Python holds it at 4 bytes a character). The 2 GB run is ``babelstream bench
 bulk-memory --mb 2048`` (README).
 """
 
@@ -21,7 +22,7 @@ from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 
 pytestmark = pytest.mark.integration
 
-SMALL_MB, LARGE_MB = 16, 64
+SMALL_MB, LARGE_MB = 8, 32
 # the runner's bounds for this test: 4 MB assembly window, 200 segments (3.2 MB) in flight
 ENV = {"BABELSTREAM_BULK__WINDOW_BYTES": str(4 << 20)}
 ARGS = ("--max-in-flight", "200")
@@ -35,12 +36,13 @@ def worker(stack: object) -> Iterator[WorkerProcess]:
         yield w
 
 
+@pytest.mark.timeout(1200)
 def test_peak_memory_does_not_grow_with_the_corpus(worker: WorkerProcess, tmp_path: Path) -> None:
     small = measure_bulk_memory(
-        tmp_path, SMALL_MB, DEMO_PAIR, env=ENV, extra_args=ARGS, timeout_s=600
+        tmp_path, SMALL_MB, DEMO_PAIR, env=ENV, extra_args=ARGS, timeout_s=400
     )
     large = measure_bulk_memory(
-        tmp_path, LARGE_MB, DEMO_PAIR, env=ENV, extra_args=ARGS, timeout_s=900
+        tmp_path, LARGE_MB, DEMO_PAIR, env=ENV, extra_args=ARGS, timeout_s=600
     )
     for run in (small, large):
         assert run["exit_code"] == 0, Path(run["log"]).read_text()[-3000:]
@@ -51,6 +53,6 @@ def test_peak_memory_does_not_grow_with_the_corpus(worker: WorkerProcess, tmp_pa
         f"{large['corpus_mb']} MB corpus: {large['peak_rss_mb']} MB "
         f"({large['wall_s']} s)"
     )
-    # 4x the input (+48 MB of text) may add at most a fraction of one corpus copy
-    assert growth < 24, (small, large)
+    # 4x the input (+24 MB of text) may add at most a fraction of one copy of it
+    assert growth < 16, (small, large)
     assert large["peak_rss_mb"] < 500

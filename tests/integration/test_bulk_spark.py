@@ -108,7 +108,7 @@ def test_spark_submit_and_assemble_match_the_cli(
     for plan in plans:
         plan.outcomes.update({t.request_id: outcomes[t.request_id] for t in plan.tasks})
     cli_out = pa.Table.from_batches(
-        [assemble_table(plan.batch.rows, plan.assemble()) for plan in plans])
+        [assemble_table(plan.rows, plan.assemble()) for plan in plans])
     assert spark_out.column_names == cli_out.column_names
     assert [_normalized(f.type) for f in spark_out.schema] == [
         _normalized(f.type) for f in cli_out.schema]

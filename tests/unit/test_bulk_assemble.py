@@ -80,7 +80,7 @@ def test_plan_assembles_every_document_of_a_batch_in_input_order() -> None:
     assert [d.status for d in documents] == ["partial", "ok", "ok", "ok"]
     assert [d.translation for d in documents] == ["B one. B TWO.", "A ONE.", "", None]
 
-    out = assemble_table(plan.batch.rows, documents)
+    out = assemble_table(plan.rows, documents)
     assert out.schema == output_schema(table.schema)
     assert out.column_names == ["id", "text", "meta", "translation", "status", "errors"]
     assert out.column("id").to_pylist() == ["d2", "d1", "d3", "d4"]
@@ -97,4 +97,4 @@ def test_output_columns_must_not_exist_in_the_input() -> None:
         output_schema(table.schema)
     plan = plan_batch("j", batch_of(table), 1024)
     with pytest.raises(BulkError, match="status"):
-        assemble_table(plan.batch.rows, plan.assemble())
+        assemble_table(plan.rows, plan.assemble())

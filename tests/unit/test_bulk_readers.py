@@ -172,3 +172,13 @@ def test_bad_columns_are_refused_before_anything_runs(
 def test_missing_input(tmp_path: Path) -> None:
     with pytest.raises(BulkError, match="does not exist"):
         CorpusReader([tmp_path / "nope.parquet"])
+
+
+def test_parquet_hive_partitions_become_columns(tmp_path: Path) -> None:
+    for lang, texts in (("de", ["a", "b"]), ("fr", ["c"])):
+        folder = tmp_path / "ds" / f"lang={lang}"
+        folder.mkdir(parents=True)
+        pq.write_table(pa.table({"text": texts}), folder / "part-0.parquet")
+    _, texts, table = read_all(tmp_path / "ds")
+    assert texts == ["a", "b", "c"]
+    assert table.column("lang").to_pylist() == ["de", "de", "fr"]
