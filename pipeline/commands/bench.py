@@ -14,6 +14,7 @@ BENCHES: dict[str, str] = {
     "compare": "pipeline.commands.bench_pipeline:compare",
     "interference": "pipeline.commands.bench_bulk:interference",
     "bulk-memory": "pipeline.commands.bench_memory:bulk_memory",
+    "fairness": "pipeline.commands.bench_fairness:fairness",
 }
 
 

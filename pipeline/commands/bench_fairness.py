@@ -1,0 +1,57 @@
+"""``babelstream bench fairness``: a steady tenant's P99 while another tenant floods."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from pipeline.bench.fairness import measure_fairness
+from pipeline.commands.bench_pipeline import machine_info
+from pipeline.settings import Settings
+
+
+@click.command()
+@click.option(
+    "--flood",
+    type=click.IntRange(min=1),
+    default=10_000,
+    show_default=True,
+    help="Requests the flooding tenant submits at once.",
+)
+@click.option(
+    "--steady",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Requests of the steady tenant per phase.",
+)
+@click.option(
+    "--rate",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="The steady tenant's requests per second.",
+)
+@click.option(
+    "--quantum-chars",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Fair-share quantum [default: tenants.quantum_chars].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line.")
+@click.pass_obj
+def fairness(
+    settings: Settings,
+    flood: int,
+    steady: int,
+    rate: float,
+    quantum_chars: int | None,
+    as_json: bool,
+) -> None:
+    """Steady tenant's P99 alone, under a flood with fair share, and without (starts workers)."""
+    doc = measure_fairness(
+        settings, flood=flood, steady=steady, rate=rate, quantum_chars=quantum_chars
+    )
+    doc["machine"] = machine_info()
+    click.echo(json.dumps(doc, indent=None if as_json else 2))
