@@ -9,27 +9,13 @@ to the dead-letter topic; requests for a pair no model serves get an
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
 
 from pipeline.codec import RecordRef, Rejected, decode_request
 from pipeline.digest import content_digest
 from pipeline.messages import Headers, TranslationRequest, TranslationResult
 from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC, bulk_topic, pair_topic
 from pipeline.settings import LimitSettings
-
-RouteKind = Literal["routed", "dead_letter", "unsupported"]
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A record to produce."""
-
-    kind: RouteKind
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: Headers
+from pipeline.steps.base import Outgoing
 
 
 def request_digest(request: TranslationRequest, model_id: str) -> str:
@@ -66,7 +52,7 @@ class Router:
     ) -> Outgoing:
         decoded = decode_request(key, value, ref, self._limits)
         if isinstance(decoded, Rejected):
-            return Outgoing("dead_letter", DLQ_TOPIC, key, decoded.dead_letter.to_json(), headers)
+            return Outgoing(DLQ_TOPIC, key, decoded.dead_letter.to_json(), headers, "dead_letter")
         request = decoded.request
         model_id = self._served.get(request.pair.id)
         if model_id is None:
@@ -78,11 +64,11 @@ class Router:
                 worker=self._worker,
             )
             return Outgoing(
-                "unsupported", result_topic(request), request.request_id.encode(),
-                result.to_json(), headers,
+                result_topic(request), request.request_id.encode(), result.to_json(), headers,
+                "unsupported",
             )
         if request.timeout_ms is None:
             request = request.model_copy(update={"timeout_ms": self._limits.default_timeout_ms})
         topic = bulk_topic(request.pair) if request.is_bulk else pair_topic(request.pair)
         digest = request_digest(request, model_id)
-        return Outgoing("routed", topic, digest.encode(), request.to_json(), headers)
+        return Outgoing(topic, digest.encode(), request.to_json(), headers, "routed")

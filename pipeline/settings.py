@@ -103,8 +103,31 @@ class WorkerSettings(_Section):
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
     concurrency: int = Field(1, ge=1)
-    web_port: int = 6066
+    # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
+    web_port: int = Field(6066, ge=0, le=65535)
+    web_host: str = "127.0.0.1"
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
+    # Static membership (KIP-345): a replica restarted within the session timeout
+    # gets its partitions back without a rebalance. Each live replica needs its
+    # own stable id (a StatefulSet pod name); default: <hostname>-<web port>.
+    static_membership: bool = True
+    instance_id: str | None = None
+    # How long the group waits for a silent member before moving its partitions
+    # (the failover time after a crash); heartbeats go out every third of it.
+    session_timeout_s: float = Field(10.0, ge=6.0, le=300.0)
+    # offsets of finished batches are committed at most this often
+    commit_interval_s: float = Field(0.5, gt=0)
+    # a produced record not acknowledged within this is a transient fault
+    produce_timeout_s: float = Field(30.0, gt=0)
+    # transient faults: backoff between attempts of a batch, and for how long in all
+    # before the worker exits non-zero (nothing committed, so nothing is lost)
+    retry_initial_s: float = Field(0.5, gt=0)
+    retry_max_s: float = Field(15.0, gt=0)
+    retry_budget_s: float = Field(300.0, gt=0)
+    # at start: how long to wait for the brokers, then for every topic to be visible
+    broker_wait_s: float = Field(120.0, ge=0)
+    # SIGTERM: finish the running batch, publish, commit and exit within this bound
+    stop_timeout_s: float = Field(30.0, gt=0)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]

@@ -32,7 +32,7 @@ from pipeline.client import (
     RequestOptions,
     build_requests,
 )
-from pipeline.commands.bench_pipeline import machine_info, worker_stats
+from pipeline.commands.bench_pipeline import machine_info
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.settings import Settings
@@ -58,13 +58,13 @@ def _interactive(settings: Settings, n: int, rate: float, seed: int) -> dict[str
     return run_load(settings.kafka, requests, rate=rate).summary()
 
 
-def _wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
+def _wait_quiet(worker: WorkerProcess, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
     """Until the worker's engine stops working (so no bulk backlog outlives the bench)."""
     deadline = time.monotonic() + limit_s
-    last, since = worker_stats(settings)["engine_texts"], time.monotonic()
+    last, since = worker.stats()["engine_texts"], time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
         time.sleep(0.5)
-        now = worker_stats(settings)["engine_texts"]
+        now = worker.stats()["engine_texts"]
         if now != last:
             last, since = now, time.monotonic()
 
@@ -122,7 +122,8 @@ def measure_interference(
 ) -> dict[str, Any]:
     """Interactive figures alone and under a saturating bulk job (starts and stops a worker)."""
     log_path = settings.stack.home / "log" / "bench-worker.log"
-    with WorkerProcess(settings, log_path=log_path), tempfile.TemporaryDirectory() as tmp:
+    with WorkerProcess(settings, log_path=log_path) as worker, \
+            tempfile.TemporaryDirectory() as tmp:
         alone = _interactive(settings, n, rate, seed=21)
         bulk = _BackgroundBulk(bulk_docs, max_in_flight, Path(tmp))
         try:
@@ -133,7 +134,7 @@ def measure_interference(
             saturated = bulk.running
         finally:
             bulk.close()
-        _wait_quiet(settings)
+        _wait_quiet(worker)
     ratio = loaded["p99_ms"] / alone["p99_ms"] if alone["p99_ms"] else float("nan")
     return {
         "bench": "interference",

@@ -7,7 +7,6 @@ import os
 import platform
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,13 +49,6 @@ def _requests(n: int, repeat_ratio: float) -> list[TranslationRequest]:
     return build_requests(texts, DEMO_PAIR, RequestOptions(timeout_ms=600_000, tenant=tenant))
 
 
-def worker_stats(settings: Settings) -> dict[str, Any]:
-    """The running worker's counters (``/babelstream/stats`` on its web port)."""
-    url = f"http://127.0.0.1:{settings.worker.web_port}/babelstream/stats"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.load(response)
-
-
 def _settings_used(settings: Settings, n: int, repeat_ratio: float, rate: float | None) -> dict:
     e, w = settings.engine, settings.worker
     return {
@@ -72,10 +64,10 @@ def _settings_used(settings: Settings, n: int, repeat_ratio: float, rate: float 
 def measure_e2e(settings: Settings, n: int, repeat_ratio: float, rate: float | None) -> dict:
     """Start a worker, run the load through the whole pipeline, stop the worker."""
     log_path = settings.stack.home / "log" / "bench-worker.log"
-    with WorkerProcess(settings, log_path=log_path):
-        before = worker_stats(settings)
+    with WorkerProcess(settings, log_path=log_path) as worker:
+        before = worker.stats()
         report = run_load(settings.kafka, _requests(n, repeat_ratio), rate=rate)
-        after = worker_stats(settings)
+        after = worker.stats()
     sizes = {k: v - before["engine_batch_sizes"].get(k, 0)
              for k, v in after["engine_batch_sizes"].items()}
     takes = {k: v - before["take_sizes"].get(k, 0) for k, v in after["take_sizes"].items()}
