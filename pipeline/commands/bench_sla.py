@@ -23,7 +23,10 @@ from typing import Any
 
 import click
 
+from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.messages import SlaWindow
+from pipeline.progress import progress_bar
+from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
 from pipeline.sla import RunSummary
 
@@ -65,10 +68,12 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
     from kafka import KafkaProducer
 
     started = time.monotonic()
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks=1,
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
                              linger_ms=50, batch_size=512 * 1024)
-    for value in synthetic_results(count, pairs, rate):
-        producer.send(topic, value=value)
+    with progress_bar("pre-loaded", total=count, unit="result") as bar:
+        for value in synthetic_results(count, pairs, rate):
+            producer.send(topic, value=value)
+            bar.update()
     sla = settings.sla
     closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
     tick_at = _BASE_MS + count * 1000 // rate + closing_ms
@@ -80,9 +85,7 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
 
 
 def _topics(settings: Settings, names: dict[str, int], create: bool) -> None:
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    admin = admin_client(settings.kafka, "bench-sla")
     try:
         if create:
             admin.create_topics({name: {"num_partitions": n, "replication_factor": 1}
@@ -97,7 +100,7 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
     """The SlaWindow messages on ``topic``, each validated against the contract."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+    consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench-sla"),
                              auto_offset_reset="earliest", consumer_timeout_ms=3000)
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]
@@ -130,7 +133,8 @@ def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> d
 @click.command()
 @click.option("--results", "count", type=click.IntRange(1), default=200_000, show_default=True,
               help="Synthetic results to pre-load.")
-@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True)
+@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True,
+              help="Synthetic pairs the results are spread over.")
 @click.option("--rate", type=click.IntRange(1), default=1000, show_default=True,
               help="Results per second of event time (all pairs together).")
 @click.option("--max-offsets-per-trigger", type=click.IntRange(1), default=50_000,
@@ -142,6 +146,8 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, max_offsets_per_t
     """Results/s the Spark SLA job sustains over a pre-loaded backlog."""
     from jobs.sla import run
 
+    require_kafka(settings.kafka)
+    require_spark_master(settings.sla.master, settings.kafka.connect_timeout_s)
     run_id = uuid.uuid4().hex[:8]
     source, sink = f"bench.sla.{run_id}", f"bench.sla.{run_id}.out"
     topics = {source: settings.kafka.results_partitions, sink: 1}

@@ -7,6 +7,7 @@ import logging
 import click
 
 from pipeline.cache import LruCache, RedisCache, TwoLevelCache
+from pipeline.commands.options import refuse_router_contradiction
 from pipeline.digest import files_fingerprint
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.engine.translator import CTranslate2Translator
@@ -27,13 +28,15 @@ def _fingerprint(entry: PairEntry) -> str:
 )
 @click.option(
     "--router/--no-router", default=True, show_default=True,
+    callback=refuse_router_contradiction,
     help="Also route translate.requests. Run the router in exactly one worker group.",
 )
 @click.option(
-    "--router-only", is_flag=True,
+    "--router-only", is_flag=True, callback=refuse_router_contradiction,
     help="Only route translate.requests (consumer group babelstream-router); load no model.",
 )
-@click.option("--loglevel", default="info", show_default=True)
+@click.option("--loglevel", default="info", show_default=True,
+              help="Faust's log level (critical, error, warning, info, debug).")
 @click.pass_obj
 def worker(
     settings: Settings, pairs: str | None, router: bool, router_only: bool, loglevel: str
