@@ -106,8 +106,12 @@ class BabelStreamCli(LazyGroup):
             raise failure from exc
 
     def main(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, prog_name: str | None = None,
-        complete_var: str | None = None, standalone_mode: bool = True, **extra: Any,
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
@@ -133,8 +137,9 @@ def _one_line(exc: click.ClickException) -> str:
 
 
 @click.group(cls=BabelStreamCli, lazy=COMMANDS)
-@click.option("-v", "--verbose", count=True,
-              help="More logging (-v info, -vv debug); tracebacks with errors.")
+@click.option(
+    "-v", "--verbose", count=True, help="More logging (-v info, -vv debug); tracebacks with errors."
+)
 @click.pass_context
 def main(ctx: click.Context, verbose: int) -> None:
     """Babel Stream: streaming translation on Kafka, Faust and CTranslate2."""

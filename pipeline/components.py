@@ -98,28 +98,41 @@ def worker_status(group: Group, timeout_s: float) -> ComponentStatus:
     members = []
     ready = 0
     for m in group.members:
-        state = readiness(http_probe(f"{m.url}/babelstream/ready", timeout_s)) if m.url else (
-            "not a Faust worker")
+        state = (
+            readiness(http_probe(f"{m.url}/babelstream/ready", timeout_s))
+            if m.url
+            else ("not a Faust worker")
+        )
         ready += state == "ready"
         members.append({**m.to_dict(), "readiness": state})
     total_lag = sum(group.lag.values())
     lines = [
         f"\n    member {m['client_id']} at {m['url'] or m['host']}: {m['readiness']}; "
         + ", ".join(f"{topic} {_ranges(ps)}" for topic, ps in m["assigned"].items())
-        for m in members]
-    detail = (f"group {group.group_id} ({group.state}): members {len(members)}, ready {ready}, "
-              f"pairs {', '.join(group.pairs) or 'none'}, lag {total_lag}" + "".join(lines))
+        for m in members
+    ]
+    detail = (
+        f"group {group.group_id} ({group.state}): members {len(members)}, ready {ready}, "
+        f"pairs {', '.join(group.pairs) or 'none'}, lag {total_lag}" + "".join(lines)
+    )
     return ComponentStatus(
-        "worker", group.group_id, bool(members), detail,
-        {**group.to_dict(), "members": members, "total_lag": total_lag})
+        "worker",
+        group.group_id,
+        bool(members),
+        detail,
+        {**group.to_dict(), "members": members, "total_lag": total_lag},
+    )
 
 
 def workers(settings: Settings) -> list[ComponentStatus]:
     """Every worker group, or one line saying there is none."""
     groups = consumer_groups(settings.kafka)
     if not groups:
-        return [ComponentStatus("worker", "-", False,
-                                "not running (no consumer group on translate.* topics)")]
+        return [
+            ComponentStatus(
+                "worker", "-", False, "not running (no consumer group on translate.* topics)"
+            )
+        ]
     return [worker_status(g, settings.stack.probe_timeout_s) for g in groups]
 
 
@@ -136,26 +149,40 @@ def sla_job(settings: Settings) -> ComponentStatus:
     admin = admin_client(settings.kafka, "status")
     try:
         partitions = admin.describe_topics([sla.sink_topic])[0]["partitions"]
-        newest = admin.list_partition_offsets({
-            TopicPartition(sla.sink_topic, p["partition_index"]): OffsetSpec.MAX_TIMESTAMP
-            for p in partitions})
+        newest = admin.list_partition_offsets(
+            {
+                TopicPartition(sla.sink_topic, p["partition_index"]): OffsetSpec.MAX_TIMESTAMP
+                for p in partitions
+            }
+        )
     finally:
         admin.close()
     last_window = max((o.timestamp for o in newest.values()), default=-1)
     commits = sla.checkpoint_dir / "commits"
     batches = [f.stat().st_mtime for f in commits.iterdir()] if commits.is_dir() else []
-    parts = [f"last window on {sla.sink_topic} {_age(last_window)}" if last_window >= 0
-             else f"no window on {sla.sink_topic} yet"]
-    parts.append(f"checkpoint {sla.checkpoint_dir}: last micro-batch {_age(max(batches) * 1000)}"
-                 if batches else f"no checkpoint at {sla.checkpoint_dir}")
+    parts = [
+        f"last window on {sla.sink_topic} {_age(last_window)}"
+        if last_window >= 0
+        else f"no window on {sla.sink_topic} yet"
+    ]
+    parts.append(
+        f"checkpoint {sla.checkpoint_dir}: last micro-batch {_age(max(batches) * 1000)}"
+        if batches
+        else f"no checkpoint at {sla.checkpoint_dir}"
+    )
     # one trigger plus the watermark can pass without output; twice that is quiet
     recent_s = 2 * (sla.trigger_s + sla.watermark_s + sla.window_s)
     running = bool(batches) and time.time() - max(batches) < recent_s
     return ComponentStatus(
-        "sla", sla.sink_topic, running,
+        "sla",
+        sla.sink_topic,
+        running,
         ("active: " if running else "not running or idle: ") + "; ".join(parts),
-        {"last_window_ms": last_window if last_window >= 0 else None,
-         "last_batch_ms": round(max(batches) * 1000) if batches else None})
+        {
+            "last_window_ms": last_window if last_window >= 0 else None,
+            "last_batch_ms": round(max(batches) * 1000) if batches else None,
+        },
+    )
 
 
 def dashboard(settings: Settings) -> ComponentStatus:
@@ -167,15 +194,23 @@ def dashboard(settings: Settings) -> ComponentStatus:
         return ComponentStatus("dashboard", url, False, f"not running ({probe.error})")
     body = probe.body if isinstance(probe.body, dict) else {}
     following = "following" if body.get("following") else "waiting for"
-    return ComponentStatus("dashboard", url, True,
-                           f"serving; {following} {body.get('topic')}, "
-                           f"{body.get('records', 0)} windows read", body)
+    return ComponentStatus(
+        "dashboard",
+        url,
+        True,
+        f"serving; {following} {body.get('topic')}, {body.get('records', 0)} windows read",
+        body,
+    )
 
 
 def components(settings: Settings, kafka_up: bool) -> list[ComponentStatus]:
     """Workers, the SLA job and the dashboard (the first two need Kafka)."""
-    out = [*workers(settings), sla_job(settings)] if kafka_up else [
-        ComponentStatus("worker", "-", False, "unknown: Kafka is down"),
-        ComponentStatus("sla", settings.sla.sink_topic, False, "unknown: Kafka is down"),
-    ]
+    out = (
+        [*workers(settings), sla_job(settings)]
+        if kafka_up
+        else [
+            ComponentStatus("worker", "-", False, "unknown: Kafka is down"),
+            ComponentStatus("sla", settings.sla.sink_topic, False, "unknown: Kafka is down"),
+        ]
+    )
     return [*out, dashboard(settings)]

@@ -36,8 +36,12 @@ class Member:
     url: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"client_id": self.client_id, "host": self.host, "assigned": self.assigned,
-                "url": self.url}
+        return {
+            "client_id": self.client_id,
+            "host": self.host,
+            "assigned": self.assigned,
+            "url": self.url,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,21 +61,32 @@ class Group:
     @property
     def pairs(self) -> list[str]:
         """Pair ids whose interactive or bulk work topic a member holds."""
-        return sorted({topic.removeprefix(prefix) for topic in self.topics
-                       for prefix in (PAIR_REQUESTS_PREFIX, PAIR_BULK_PREFIX)
-                       if topic.startswith(prefix)})
+        return sorted(
+            {
+                topic.removeprefix(prefix)
+                for topic in self.topics
+                for prefix in (PAIR_REQUESTS_PREFIX, PAIR_BULK_PREFIX)
+                if topic.startswith(prefix)
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group_id": self.group_id, "state": self.state, "pairs": self.pairs,
-                "members": [m.to_dict() for m in self.members], "lag": self.lag}
+        return {
+            "group_id": self.group_id,
+            "state": self.state,
+            "pairs": self.pairs,
+            "members": [m.to_dict() for m in self.members],
+            "lag": self.lag,
+        }
 
 
 def consumer_groups(kafka: KafkaSettings, with_lag: bool = True) -> list[Group]:
     """Every consumer group with a member on a ``translate.*`` topic, by group id."""
     admin = admin_client(kafka, "status")
     try:
-        listed = [g["group_id"] for g in admin.list_groups()
-                  if g.get("protocol_type") == "consumer"]
+        listed = [
+            g["group_id"] for g in admin.list_groups() if g.get("protocol_type") == "consumer"
+        ]
         described = admin.describe_groups(listed) if listed else {}
         groups = [
             Group(group_id, info["group_state"], members)
@@ -95,8 +110,12 @@ def _member(raw: dict[str, Any]) -> Member:
         for part in assignment.get("assigned_partitions", [])
         if part["topic"].startswith(_PROJECT_TOPICS)
     }
-    return Member(raw["client_id"], raw["client_host"].lstrip("/"), dict(sorted(assigned.items())),
-                  _faust_url(raw.get("member_metadata")))
+    return Member(
+        raw["client_id"],
+        raw["client_host"].lstrip("/"),
+        dict(sorted(assigned.items())),
+        _faust_url(raw.get("member_metadata")),
+    )
 
 
 def _faust_url(metadata: str | bytes | None) -> str | None:
@@ -114,8 +133,12 @@ def _faust_url(metadata: str | bytes | None) -> str | None:
 
 
 def _with_lag(admin: Any, group: Group) -> Group:
-    partitions = [TopicPartition(topic, p) for m in group.members
-                  for topic, ps in m.assigned.items() for p in ps]
+    partitions = [
+        TopicPartition(topic, p)
+        for m in group.members
+        for topic, ps in m.assigned.items()
+        for p in ps
+    ]
     committed = admin.list_group_offsets({group.group_id: partitions}).get(group.group_id, {})
     ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in partitions})
     starts = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in partitions})

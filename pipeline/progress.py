@@ -17,8 +17,10 @@ from tqdm import tqdm
 
 # seconds between two progress lines off a terminal
 LINE_INTERVAL_S = 5.0
-_LINE_FORMAT = ("{desc}: {n_fmt}/{total_fmt} ({percentage:.0f}%), {rate_fmt}, "
-                "{elapsed} elapsed, ETA {remaining}{postfix}")
+_LINE_FORMAT = (
+    "{desc}: {n_fmt}/{total_fmt} ({percentage:.0f}%), {rate_fmt}, "
+    "{elapsed} elapsed, ETA {remaining}{postfix}"
+)
 _OPEN_LINE_FORMAT = "{desc}: {n_fmt}, {rate_fmt}, {elapsed} elapsed{postfix}"
 # tqdm redraws with \r, moves between bars with \n and ESC[A; a log wants none of them
 _CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|[\r\n]")
@@ -40,8 +42,13 @@ class _Lines:
         self._stream.flush()
 
 
-def progress_bar(desc: str, total: int | None = None, unit: str = "it",
-                 enabled: bool | None = None, **options: Any) -> tqdm[Any]:
+def progress_bar(
+    desc: str,
+    total: int | None = None,
+    unit: str = "it",
+    enabled: bool | None = None,
+    **options: Any,
+) -> tqdm[Any]:
     """A tqdm bar on stderr for ``total`` units (None: unknown).
 
     ``enabled``: None shows it (a live bar on a terminal, lines in a log),
@@ -51,10 +58,17 @@ def progress_bar(desc: str, total: int | None = None, unit: str = "it",
     if enabled is False:
         return tqdm(total=total, desc=desc, unit=unit, disable=True)
     if stream.isatty():
-        return tqdm(total=total, desc=desc, unit=unit, file=stream, dynamic_ncols=True,
-                    **options)
+        return tqdm(total=total, desc=desc, unit=unit, file=stream, dynamic_ncols=True, **options)
     options.pop("position", None)  # bars in a log are lines, not rows of a screen
     options.pop("leave", None)  # the last line stays: it is the summary
-    return tqdm(total=total, desc=desc, unit=unit, file=_Lines(stream), disable=False,
-                leave=True, mininterval=LINE_INTERVAL_S,
-                bar_format=_OPEN_LINE_FORMAT if total is None else _LINE_FORMAT, **options)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        file=_Lines(stream),
+        disable=False,
+        leave=True,
+        mininterval=LINE_INTERVAL_S,
+        bar_format=_OPEN_LINE_FORMAT if total is None else _LINE_FORMAT,
+        **options,
+    )

@@ -83,8 +83,15 @@ def as_unavailable(exc: BaseException, kafka: KafkaSettings | None) -> ServiceUn
     """The one-line error for a client exception that means a service is not there, or None."""
     module = type(exc).__module__
     name = type(exc).__name__
-    if kafka is not None and module.startswith(("kafka.", "aiokafka.")) and name in (
-        "NoBrokersAvailable", "KafkaConnectionError", "KafkaTimeoutError",
+    if (
+        kafka is not None
+        and module.startswith(("kafka.", "aiokafka."))
+        and name
+        in (
+            "NoBrokersAvailable",
+            "KafkaConnectionError",
+            "KafkaTimeoutError",
+        )
     ):
         return kafka_unreachable(kafka, str(exc).removeprefix(f"{name}: ") or name)
     if module.startswith("pyspark.") and "JAVA_GATEWAY_EXITED" in str(exc):

@@ -30,8 +30,9 @@ def _lines(file: Path, param_hint: str) -> list[str]:
     try:
         content = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise click.BadParameter(f"{file} is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                                 param_hint=param_hint) from None
+        raise click.BadParameter(
+            f"{file} is not UTF-8 text ({exc.reason} at byte {exc.start})", param_hint=param_hint
+        ) from None
     return content.splitlines()
 
 
@@ -44,24 +45,31 @@ def _texts(texts: tuple[str, ...], file: Path | None) -> list[str]:
     return lines
 
 
-def _check_timeout_ms(timeout_ms: int, limits: LimitSettings, param_hint: str,
-                      shown: str) -> None:
+def _check_timeout_ms(timeout_ms: int, limits: LimitSettings, param_hint: str, shown: str) -> None:
     """Refuse a deadline the router would dead-letter (``limits.min/max_timeout_ms``)."""
     if not limits.min_timeout_ms <= timeout_ms <= limits.max_timeout_ms:
         raise click.BadParameter(
             f"{shown} is outside the allowed {limits.min_timeout_ms}..{limits.max_timeout_ms} ms "
-            "(BABELSTREAM_LIMITS__MIN_TIMEOUT_MS, __MAX_TIMEOUT_MS)", param_hint=param_hint)
+            "(BABELSTREAM_LIMITS__MIN_TIMEOUT_MS, __MAX_TIMEOUT_MS)",
+            param_hint=param_hint,
+        )
 
 
 def _request_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
-            click.option("--src", required=True, type=LANGUAGE,
-                         help="Source language (BCP-47, e.g. en)."),
-            click.option("--tgt", required=True, type=LANGUAGE,
-                         help="Target language (BCP-47, e.g. de, en-XA)."),
-            click.option("--file", type=_TEXT_FILE,
-                         help="UTF-8 file with one text per line ('-' for stdin)."),
+            click.option(
+                "--src", required=True, type=LANGUAGE, help="Source language (BCP-47, e.g. en)."
+            ),
+            click.option(
+                "--tgt",
+                required=True,
+                type=LANGUAGE,
+                help="Target language (BCP-47, e.g. de, en-XA).",
+            ),
+            click.option(
+                "--file", type=_TEXT_FILE, help="UTF-8 file with one text per line ('-' for stdin)."
+            ),
             click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP),
             click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP),
             click.argument("texts", nargs=-1),
@@ -71,8 +79,9 @@ def _request_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _print_results(request_ids: Sequence[str], replies: ReplyBatch, as_json: bool,
-                   missing: Callable[[str], str]) -> None:
+def _print_results(
+    request_ids: Sequence[str], replies: ReplyBatch, as_json: bool, missing: Callable[[str], str]
+) -> None:
     """One line per request, in order: the translation (stdout) or what went wrong (stderr)."""
     for request_id in request_ids:
         result = replies.results.get(request_id)
@@ -96,25 +105,41 @@ def no_result_hint(settings: Settings, pair: Pair) -> str:
     except Exception as exc:  # a hint only: never hide the timeout behind a second error
         return f"(could not list the workers: {exc})"
     if not serving(groups, REQUESTS_TOPIC):
-        return (f"no worker routes {REQUESTS_TOPIC}: start one with `babelstream worker` "
-                "(see `babelstream status`)")
+        return (
+            f"no worker routes {REQUESTS_TOPIC}: start one with `babelstream worker` "
+            "(see `babelstream status`)"
+        )
     workers = serving(groups, pair_topic(pair))
     if not workers:
-        return (f"no worker serves {pair.id}: start one with "
-                f"`babelstream worker --pairs {pair.id} --no-router`")
+        return (
+            f"no worker serves {pair.id}: start one with "
+            f"`babelstream worker --pairs {pair.id} --no-router`"
+        )
     names = ", ".join(f"{g.group_id} ({len(g.members)} members)" for g in workers)
-    return (f"{pair.id} is served by {names}: busy or still starting? try a longer --timeout, "
-            "or fetch the results later with `babelstream results ID...`")
+    return (
+        f"{pair.id} is served by {names}: busy or still starting? try a longer --timeout, "
+        "or fetch the results later with `babelstream results ID...`"
+    )
 
 
 @click.command()
 @_request_options
-@click.option("--timeout-ms", type=int, default=None,
-              help="Deadline relative to submission [default: limits.default_timeout_ms].")
+@click.option(
+    "--timeout-ms",
+    type=int,
+    default=None,
+    help="Deadline relative to submission [default: limits.default_timeout_ms].",
+)
 @click.pass_obj
 def submit(
-    settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
-    domain: str | None, texts: tuple[str, ...], timeout_ms: int | None,
+    settings: Settings,
+    src: str,
+    tgt: str,
+    file: Path | None,
+    tenant: str | None,
+    domain: str | None,
+    texts: tuple[str, ...],
+    timeout_ms: int | None,
 ) -> None:
     """Publish translation requests; print their request ids (one per line).
 
@@ -134,12 +159,24 @@ def submit(
 @click.command()
 @_request_options
 @click.option("--json", "as_json", is_flag=True, help="One TranslationResult JSON per line.")
-@click.option("--timeout", type=float, default=30.0, show_default=True,
-              help="Seconds to wait; also each request's deadline.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait; also each request's deadline.",
+)
 @click.pass_obj
 def translate(
-    settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
-    domain: str | None, texts: tuple[str, ...], as_json: bool, timeout: float,
+    settings: Settings,
+    src: str,
+    tgt: str,
+    file: Path | None,
+    tenant: str | None,
+    domain: str | None,
+    texts: tuple[str, ...],
+    as_json: bool,
+    timeout: float,
 ) -> None:
     """Translate texts through the pipeline and print the results.
 
@@ -154,8 +191,12 @@ def translate(
     require_kafka(settings.kafka)
     with TranslationClient(settings.kafka, settings.limits) as client:
         replies = client.translate(requests, timeout_s=timeout)
-    _print_results([r.request_id for r in requests], replies, as_json,
-                   lambda rid: f"no result for {rid} within {timeout:g}s")
+    _print_results(
+        [r.request_id for r in requests],
+        replies,
+        as_json,
+        lambda rid: f"no result for {rid} within {timeout:g}s",
+    )
     if replies.missing:
         click.echo(no_result_hint(settings, pair), err=True)
     sys.exit(0 if replies.all_ok else 1)
@@ -163,17 +204,34 @@ def translate(
 
 @click.command()
 @click.argument("request_ids", nargs=-1)
-@click.option("--file", type=_TEXT_FILE,
-              help="File with one request id per line ('-' for stdin, e.g. piped from submit).")
-@click.option("--since", type=DURATION, default="1h", show_default=True,
-              help="Scan results written this long ago up to now (e.g. 10m, 2h).")
-@click.option("--wait", type=DURATION, default="0s", show_default=True,
-              help="Then keep reading this long for results not there yet.")
+@click.option(
+    "--file",
+    type=_TEXT_FILE,
+    help="File with one request id per line ('-' for stdin, e.g. piped from submit).",
+)
+@click.option(
+    "--since",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    help="Scan results written this long ago up to now (e.g. 10m, 2h).",
+)
+@click.option(
+    "--wait",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    help="Then keep reading this long for results not there yet.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One TranslationResult JSON per line.")
 @click.pass_obj
 def results(
-    settings: Settings, request_ids: tuple[str, ...], file: Path | None, since: float,
-    wait: float, as_json: bool,
+    settings: Settings,
+    request_ids: tuple[str, ...],
+    file: Path | None,
+    since: float,
+    wait: float,
+    as_json: bool,
 ) -> None:
     """Print the results of requests sent with `submit`, in the order of REQUEST_IDS.
 
@@ -187,8 +245,10 @@ def results(
     if not ids:
         raise click.UsageError("give REQUEST_IDS arguments or --file")
     require_kafka(settings.kafka)
-    replies = fetch_results(settings.kafka, ids, since_ms=now_ms() - round(since * 1000),
-                            wait_s=wait)
-    _print_results(ids, replies, as_json,
-                   lambda rid: f"no result for {rid} written in the last {since:g}s")
+    replies = fetch_results(
+        settings.kafka, ids, since_ms=now_ms() - round(since * 1000), wait_s=wait
+    )
+    _print_results(
+        ids, replies, as_json, lambda rid: f"no result for {rid} written in the last {since:g}s"
+    )
     sys.exit(0 if replies.all_ok else 1)

@@ -19,13 +19,19 @@ def _check_free(host: str, port: int) -> None:
     except OSError as exc:
         raise click.BadParameter(
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); choose another --port "
-            "(or BABELSTREAM_DASHBOARD__PORT)", param_hint="'--port'") from exc
+            "(or BABELSTREAM_DASHBOARD__PORT)",
+            param_hint="'--port'",
+        ) from exc
 
 
 @click.command()
 @click.option("--host", default=None, help="Interface to bind [default: dashboard.host].")
-@click.option("--port", type=click.IntRange(0, 65535), default=None,
-              help="Port, 0 for any free one [default: dashboard.port, 8050].")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Port, 0 for any free one [default: dashboard.port, 8050].",
+)
 @click.option("--topic", default=None, help="SLA topic to read [default: sla.sink_topic].")
 @click.pass_obj
 def dashboard(settings: Settings, host: str | None, port: int | None, topic: str | None) -> None:

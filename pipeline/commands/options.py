@@ -19,12 +19,12 @@ class LanguageTag(click.ParamType):
 
     name = "LANG"
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> str:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
         if not _BCP47.match(text) or len(text) > 35:
-            self.fail(f"{text!r} is not a BCP-47 language tag (e.g. en, de, zh-Hans, en-XA)",
-                      param, ctx)
+            self.fail(
+                f"{text!r} is not a BCP-47 language tag (e.g. en, de, zh-Hans, en-XA)", param, ctx
+            )
         return text
 
 
@@ -37,8 +37,7 @@ class Label(click.ParamType):
     name = "LABEL"
     max_length = 64
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> str:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
         if not 1 <= len(text) <= self.max_length:
             self.fail(f"must be 1 to {self.max_length} characters, got {len(text)}", param, ctx)
@@ -55,8 +54,9 @@ class Duration(click.ParamType):
 
     name = "duration"
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         if isinstance(value, float):
             return value
         try:
@@ -76,6 +76,7 @@ def refuse_router_contradiction(ctx: click.Context, param: click.Parameter, valu
         raise click.BadParameter(
             "--router-only and --no-router contradict each other: "
             "--router-only runs only the router, --no-router runs none",
-            ctx=ctx, param_hint="'--router-only' / '--no-router'",
+            ctx=ctx,
+            param_hint="'--router-only' / '--no-router'",
         )
     return value

@@ -57,27 +57,38 @@ def listening() -> Iterator[int]:
         yield int(sock.getsockname()[1])
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], ["--src", "english", "BCP-47"]),
-    ([*TRANSLATE, "--timeout", "0", "hi"], ["--timeout", "0 s", "100..3600000 ms"]),
-    ([*TRANSLATE, "--timeout", "-1", "hi"], ["--timeout", "-1 s"]),
-    ([*SUBMIT, "--timeout-ms", "50", "hi"], ["--timeout-ms", "50 ms", "100..3600000"]),
-    ([*SUBMIT, "--file", "/no/such/file"], ["--file", "/no/such/file", "does not exist"]),
-    ([*TRANSLATE, "--tenant", "t" * 65, "hi"], ["--tenant", "1 to 64 characters"]),
-    ([*TRANSLATE, "x" * 16_385], ["text 1", "at most 16384 characters"]),
-    # under the schema's 16,384 characters, over the 16 KiB UTF-8 limit: refused before sending
-    ([*TRANSLATE, "é" * 15_200], ["text 1", "30400 bytes of UTF-8", "16384", "nothing was sent"]),
-    ([*SUBMIT], ["give TEXT arguments or --file"]),
-    (["results"], ["REQUEST_IDS"]),
-    (["results", "r-1", "--since", "yesterday"], ["--since", "yesterday"]),
-    (["worker", "--router-only", "--no-router"], ["--router-only", "--no-router", "contradict"]),
-    (["worker", "--no-router", "--router-only"], ["contradict"]),
-    (["worker", "--pairs", "en_de"], ["en_de", "registry.toml", "en_en-XA"]),
-    (["dashboard", "--port", "99999"], ["--port", "99999", "65535"]),
-    (["translat"], ["No such command", "translat"]),
-    (["bulk", "run", "/no/such/corpus", "--src", "en", "--tgt", "de", "-o", "x.parquet"],
-     ["/no/such/corpus", "does not exist"]),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], ["--src", "english", "BCP-47"]),
+        ([*TRANSLATE, "--timeout", "0", "hi"], ["--timeout", "0 s", "100..3600000 ms"]),
+        ([*TRANSLATE, "--timeout", "-1", "hi"], ["--timeout", "-1 s"]),
+        ([*SUBMIT, "--timeout-ms", "50", "hi"], ["--timeout-ms", "50 ms", "100..3600000"]),
+        ([*SUBMIT, "--file", "/no/such/file"], ["--file", "/no/such/file", "does not exist"]),
+        ([*TRANSLATE, "--tenant", "t" * 65, "hi"], ["--tenant", "1 to 64 characters"]),
+        ([*TRANSLATE, "x" * 16_385], ["text 1", "at most 16384 characters"]),
+        # under the schema's 16,384 characters, over the 16 KiB UTF-8 limit: refused before sending
+        (
+            [*TRANSLATE, "é" * 15_200],
+            ["text 1", "30400 bytes of UTF-8", "16384", "nothing was sent"],
+        ),
+        ([*SUBMIT], ["give TEXT arguments or --file"]),
+        (["results"], ["REQUEST_IDS"]),
+        (["results", "r-1", "--since", "yesterday"], ["--since", "yesterday"]),
+        (
+            ["worker", "--router-only", "--no-router"],
+            ["--router-only", "--no-router", "contradict"],
+        ),
+        (["worker", "--no-router", "--router-only"], ["contradict"]),
+        (["worker", "--pairs", "en_de"], ["en_de", "registry.toml", "en_en-XA"]),
+        (["dashboard", "--port", "99999"], ["--port", "99999", "65535"]),
+        (["translat"], ["No such command", "translat"]),
+        (
+            ["bulk", "run", "/no/such/corpus", "--src", "en", "--tgt", "de", "-o", "x.parquet"],
+            ["/no/such/corpus", "does not exist"],
+        ),
+    ],
+)
 def test_ordinary_mistakes(args: list[str], words: list[str]) -> None:
     line = one_line(run(args), EXIT_USAGE)
     for word in words:
@@ -96,31 +107,38 @@ def test_a_dashboard_port_in_use(listening: int) -> None:
     assert f"127.0.0.1:{listening}" in line and "--port" in line
 
 
-@pytest.mark.parametrize(("variable", "closest"), [
-    ("BABELSTREAM_KAFKA__BOOTSTRAP_SERVER", "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS"),
-    ("BABELSTREAM_OBSERVABILITY__CONSOLE_SPANS", "BABELSTREAM_OBSERVABILITY__CONSOLE_EXPORTER"),
-    ("BABELSTREAM_WORKR__WEB_PORT", "BABELSTREAM_WORKER__WEB_PORT"),
-])
+@pytest.mark.parametrize(
+    ("variable", "closest"),
+    [
+        ("BABELSTREAM_KAFKA__BOOTSTRAP_SERVER", "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS"),
+        ("BABELSTREAM_OBSERVABILITY__CONSOLE_SPANS", "BABELSTREAM_OBSERVABILITY__CONSOLE_EXPORTER"),
+        ("BABELSTREAM_WORKR__WEB_PORT", "BABELSTREAM_WORKER__WEB_PORT"),
+    ],
+)
 def test_a_misspelled_setting_names_the_closest(variable: str, closest: str) -> None:
     line = one_line(run(["models", "list"], env={variable: "1"}), EXIT_USAGE)
     assert f"unknown setting {variable}; did you mean {closest}?" in line
 
 
 def test_an_invalid_setting_names_its_variable() -> None:
-    line = one_line(run(["models", "list"], env={"BABELSTREAM_KAFKA__REQUEST_TIMEOUT_MS": "soon"}),
-                    EXIT_USAGE)
+    line = one_line(
+        run(["models", "list"], env={"BABELSTREAM_KAFKA__REQUEST_TIMEOUT_MS": "soon"}), EXIT_USAGE
+    )
     assert "BABELSTREAM_KAFKA__REQUEST_TIMEOUT_MS=soon" in line and "integer" in line
 
 
-@pytest.mark.parametrize("args", [
-    [*TRANSLATE, "hi"],
-    [*SUBMIT, "hi"],
-    ["results", "r-1"],
-    ["dashboard", "--port", "0"],
-    ["sla", "--until-idle", "1s"],
-    ["bench", "e2e", "--requests", "1"],
-    ["bench", "sla", "--results", "1"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*TRANSLATE, "hi"],
+        [*SUBMIT, "hi"],
+        ["results", "r-1"],
+        ["dashboard", "--port", "0"],
+        ["sla", "--until-idle", "1s"],
+        ["bench", "e2e", "--requests", "1"],
+        ["bench", "sla", "--results", "1"],
+    ],
+)
 def test_kafka_down_is_one_line_within_seconds(args: list[str]) -> None:
     started = time.monotonic()
     line = one_line(run(args), EXIT_UNAVAILABLE)
@@ -131,9 +149,20 @@ def test_kafka_down_is_one_line_within_seconds(args: list[str]) -> None:
 def test_bulk_run_with_kafka_down(tmp_path: Path) -> None:
     corpus = tmp_path / "doc.txt"
     corpus.write_text("Hello world.\n", encoding="utf-8")
-    result = run(["bulk", "run", str(corpus), "--src", "en", "--tgt", "en-XA",
-                  "-o", str(tmp_path / "out.parquet")],
-                 env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")})
+    result = run(
+        [
+            "bulk",
+            "run",
+            str(corpus),
+            "--src",
+            "en",
+            "--tgt",
+            "en-XA",
+            "-o",
+            str(tmp_path / "out.parquet"),
+        ],
+        env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")},
+    )
     assert result.exit_code == EXIT_UNAVAILABLE, result.output
     assert result.stderr.strip().splitlines()[-1].startswith("Error: Kafka is not reachable")
     assert "Traceback" not in result.output
@@ -141,9 +170,10 @@ def test_bulk_run_with_kafka_down(tmp_path: Path) -> None:
 
 def test_an_unreachable_spark_master(listening: int) -> None:
     # Kafka "answers" (something listens), the spark:// master does not
-    result = run(["bulk", "spark-assemble", "--job-id", "j", "-o", "out",
-                  "--master", f"spark://{NO_KAFKA}"],
-                 env={"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{listening}"})
+    result = run(
+        ["bulk", "spark-assemble", "--job-id", "j", "-o", "out", "--master", f"spark://{NO_KAFKA}"],
+        env={"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{listening}"},
+    )
     line = one_line(result, EXIT_UNAVAILABLE)
     assert f"Spark master spark://{NO_KAFKA} is not reachable" in line
 
@@ -160,19 +190,32 @@ def test_help_still_exits_zero() -> None:
     assert result.exit_code == 0 and "--tenant" in result.stdout
 
 
-@pytest.mark.parametrize(("args", "env", "code", "words"), [
-    (["models", "list"], {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVER": "x"}, EXIT_USAGE,
-     ["did you mean BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS?"]),
-    ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], {}, EXIT_USAGE, ["BCP-47"]),
-    ([*TRANSLATE, "hi"], {}, EXIT_UNAVAILABLE, ["Kafka is not reachable", "babelstream up"]),
-    (["worker", "--pairs", "en_de"], {}, EXIT_USAGE, ["en_de"]),
-])
-def test_the_installed_command(args: list[str], env: dict[str, str], code: int,
-                               words: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "code", "words"),
+    [
+        (
+            ["models", "list"],
+            {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVER": "x"},
+            EXIT_USAGE,
+            ["did you mean BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS?"],
+        ),
+        ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], {}, EXIT_USAGE, ["BCP-47"]),
+        ([*TRANSLATE, "hi"], {}, EXIT_UNAVAILABLE, ["Kafka is not reachable", "babelstream up"]),
+        (["worker", "--pairs", "en_de"], {}, EXIT_USAGE, ["en_de"]),
+    ],
+)
+def test_the_installed_command(
+    args: list[str], env: dict[str, str], code: int, words: list[str]
+) -> None:
     """The same through the console script README shows, as a user runs it."""
     program = Path(sys.executable).with_name("babelstream")
-    result = subprocess.run([str(program), *args], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, **ENV, **env})
+    result = subprocess.run(
+        [str(program), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **ENV, **env},
+    )
     assert result.returncode == code, result.stderr
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()

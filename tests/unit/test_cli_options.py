@@ -23,9 +23,12 @@ def commands(group: click.Group, path: str) -> Iterator[tuple[str, click.Command
 
 
 def test_every_option_has_help() -> None:
-    missing = [f"{path} {param.opts[0]}" for path, command in commands(main, "babelstream")
-               for param in command.params
-               if isinstance(param, click.Option) and not param.help]
+    missing = [
+        f"{path} {param.opts[0]}"
+        for path, command in commands(main, "babelstream")
+        for param in command.params
+        if isinstance(param, click.Option) and not param.help
+    ]
     assert len(list(commands(main, "babelstream"))) > 20
     assert missing == []
 

@@ -18,7 +18,8 @@ def test_text_over_the_utf8_limit_under_the_schema_limit() -> None:
     with pytest.raises(LimitExceeded) as caught:
         check_sendable(requests, LimitSettings())
     assert str(caught.value) == (
-        "text 2: text is 30400 bytes of UTF-8; the limit is 16384; nothing was sent")
+        "text 2: text is 30400 bytes of UTF-8; the limit is 16384; nothing was sent"
+    )
     assert caught.value.exit_code == EXIT_USAGE
 
 
@@ -28,13 +29,14 @@ def test_every_limit_is_checked() -> None:
     with pytest.raises(LimitExceeded, match="timeout_ms 200 is outside"):
         check_sendable(build_requests(["x"], EN_XA, RequestOptions(timeout_ms=200)), limits)
     with pytest.raises(LimitExceeded, match="metadata is"):
-        check_sendable(build_requests(["x"], EN_XA, RequestOptions(metadata={"k": "v" * 30})),
-                       limits)
+        check_sendable(
+            build_requests(["x"], EN_XA, RequestOptions(metadata={"k": "v" * 30})), limits
+        )
 
 
 def test_schema_violations_are_one_line() -> None:
     with pytest.raises(ContractError) as caught:
         build_requests(["ok", "x" * 16_385], EN_XA)
     assert str(caught.value) == "text 2: text: String should have at most 16384 characters"
-    with pytest.raises(ContractError, match="^text 1: tenant: String should have at most 64"):
+    with pytest.raises(ContractError, match=r"^text 1: tenant: String should have at most 64"):
         build_requests(["x"], EN_XA, RequestOptions(tenant="t" * 65))

@@ -6,6 +6,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -16,26 +17,33 @@ from pipeline.groups import Group, Member, _member, serving
 FAUST_MEMBER = {
     "client_host": "/127.0.0.1",
     "client_id": "faust-0.15.3",
-    "member_assignment": {"assigned_partitions": [
-        {"partitions": [0], "topic": "babelstream-__assignor-__leader"},
-        {"partitions": [0, 1, 2, 3], "topic": "babelstream-dedup-en_en-XA-changelog"},
-        {"partitions": [1, 0], "topic": "translate.requests.en_en-XA"},
-        {"partitions": [0, 1, 2, 3], "topic": "translate.bulk.en_en-XA"},
-        {"partitions": [0, 1, 2, 3, 4, 5], "topic": "translate.requests"},
-    ]},
-    "member_metadata": '\x00\x04\x00\x00\x00\x08\x00\x1btranslate.requests.en_en-XA\x00\x00\x00'
-                       '\x98{"assignment":{"actives":{},"standbys":{}},'
-                       '"url":"http://127.0.0.1:6066","changelog_distribution":{}}',
+    "member_assignment": {
+        "assigned_partitions": [
+            {"partitions": [0], "topic": "babelstream-__assignor-__leader"},
+            {"partitions": [0, 1, 2, 3], "topic": "babelstream-dedup-en_en-XA-changelog"},
+            {"partitions": [1, 0], "topic": "translate.requests.en_en-XA"},
+            {"partitions": [0, 1, 2, 3], "topic": "translate.bulk.en_en-XA"},
+            {"partitions": [0, 1, 2, 3, 4, 5], "topic": "translate.requests"},
+        ]
+    },
+    "member_metadata": "\x00\x04\x00\x00\x00\x08\x00\x1btranslate.requests.en_en-XA\x00\x00\x00"
+    '\x98{"assignment":{"actives":{},"standbys":{}},'
+    '"url":"http://127.0.0.1:6066","changelog_distribution":{}}',
 }
 
 
 def test_a_faust_member_with_its_url_and_project_partitions() -> None:
     member = _member(FAUST_MEMBER)
-    assert member == Member("faust-0.15.3", "127.0.0.1", {
-        "translate.bulk.en_en-XA": [0, 1, 2, 3],
-        "translate.requests": [0, 1, 2, 3, 4, 5],
-        "translate.requests.en_en-XA": [0, 1],
-    }, "http://127.0.0.1:6066")
+    assert member == Member(
+        "faust-0.15.3",
+        "127.0.0.1",
+        {
+            "translate.bulk.en_en-XA": [0, 1, 2, 3],
+            "translate.requests": [0, 1, 2, 3, 4, 5],
+            "translate.requests.en_en-XA": [0, 1],
+        },
+        "http://127.0.0.1:6066",
+    )
 
 
 def test_a_plain_consumer_has_no_url() -> None:
@@ -52,9 +60,9 @@ def test_pairs_and_serving() -> None:
 
 
 class _Ready(BaseHTTPRequestHandler):
-    answers: dict[str, tuple[int, object]] = {}
+    answers: ClassVar[dict[str, tuple[int, object]]] = {}
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         status, body = self.answers.get(self.path, (404, "not found"))
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -94,7 +102,8 @@ def test_worker_status_line(web: str) -> None:
     status = worker_status(group, 1.0)
     summary, *members = status.detail.splitlines()
     assert summary == ("group babelstream (Stable): members 2, ready 1, pairs en_en-XA, lag 7")
-    assert members[0].strip() == (f"member faust at {web}: ready; "
-                                  "translate.requests.en_en-XA 0-2,5")
+    assert members[0].strip() == (
+        f"member faust at {web}: ready; translate.requests.en_en-XA 0-2,5"
+    )
     assert "not a Faust worker" in members[1]
     assert status.info["total_lag"] == 7 and status.running

@@ -23,16 +23,20 @@ def test_lines_when_stderr_is_not_a_terminal(monkeypatch: pytest.MonkeyPatch) ->
     err = FakeStderr(tty=False)
     monkeypatch.setattr("sys.stderr", err)
     monkeypatch.setattr(progress, "LINE_INTERVAL_S", 0.0)
-    with progress_bar("completed", total=4, unit="seg", position=1) as first, \
-            progress_bar("submitted", total=4, unit="seg", position=0):
+    with (
+        progress_bar("completed", total=4, unit="seg", position=1) as first,
+        progress_bar("submitted", total=4, unit="seg", position=0),
+    ):
         for _ in range(4):
             first.update()
     text = err.getvalue()
     assert "\r" not in text and "\x1b" not in text
     lines = text.splitlines()
     assert lines[0].startswith("completed: 0/4 (0%)")
-    assert any(line.startswith("completed: 2/4 (50%)") and "seg/s" in line and "ETA" in line
-               for line in lines)
+    assert any(
+        line.startswith("completed: 2/4 (50%)") and "seg/s" in line and "ETA" in line
+        for line in lines
+    )
     # each bar's last state when it closes (the inner one first)
     assert lines[-2].startswith("submitted: 0/4 (0%)")
     assert lines[-1].startswith("completed: 4/4 (100%)")

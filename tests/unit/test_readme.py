@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path
 
 import click
 import pytest
@@ -46,7 +45,7 @@ def readme_commands() -> list[list[str]]:
         starts = [i for i, t in enumerate(tokens) if _PROGRAM.match(t)]
         if not starts:
             continue
-        args = tokens[starts[0] + 1:]
+        args = tokens[starts[0] + 1 :]
         cut = next((i for i, t in enumerate(args) if t in {">", "|", "<", "&&"}), len(args))
         commands.append(args[:cut])
     return commands
@@ -78,7 +77,8 @@ def test_the_readme_shows_commands_and_settings() -> None:
 @pytest.mark.parametrize("name", readme_variables())
 def test_every_setting_in_the_readme_exists(name: str) -> None:
     assert name in setting_variables() or name == CONFIG_VARIABLE, (
-        f"README names {name}, which is no setting")
+        f"README names {name}, which is no setting"
+    )
 
 
 @pytest.mark.parametrize("args", readme_commands(), ids=" ".join)
@@ -86,8 +86,12 @@ def test_every_command_in_the_readme_parses(args: list[str]) -> None:
     path, command, rest = _resolve(args)
     assert path, f"{args}: no such command"
     assert not isinstance(command, click.Group), f"{args}: {path} needs a sub-command"
-    options = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)
-               if isinstance(p, click.Option)}
+    options = {
+        opt
+        for p in command.params
+        for opt in (*p.opts, *p.secondary_opts)
+        if isinstance(p, click.Option)
+    }
     shown = {t.strip("[]").split("=")[0] for t in rest if t.strip("[").startswith("-")}
     assert shown <= options, f"{' '.join(args)}: no such option {sorted(shown - options)}"
     result = CliRunner().invoke(main, [*path, "--help"])

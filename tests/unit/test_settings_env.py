@@ -15,22 +15,28 @@ def test_every_field_has_its_variable() -> None:
     assert len(names) > 60
 
 
-@pytest.mark.parametrize("environ", [
-    {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": "h:1", "BABELSTREAM_CONFIG": "c.toml"},
-    {"babelstream_redis__url": "redis://h"},  # pydantic-settings ignores case
-    {"BABELSTREAM_SLA__THRESHOLDS_MS__en_de": "2000"},  # a dict setting's key
-    {"BABELSTREAM_KAFKA": '{"bootstrap_servers": "h:1"}'},  # a whole section as JSON
-    {"PATH": "/bin", "OTHER_BABELSTREAM_X": "1"},
-])
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": "h:1", "BABELSTREAM_CONFIG": "c.toml"},
+        {"babelstream_redis__url": "redis://h"},  # pydantic-settings ignores case
+        {"BABELSTREAM_SLA__THRESHOLDS_MS__en_de": "2000"},  # a dict setting's key
+        {"BABELSTREAM_KAFKA": '{"bootstrap_servers": "h:1"}'},  # a whole section as JSON
+        {"PATH": "/bin", "OTHER_BABELSTREAM_X": "1"},
+    ],
+)
 def test_valid_environments_pass(environ: dict[str, str]) -> None:
     check_environment(environ)
 
 
-@pytest.mark.parametrize(("name", "hint"), [
-    ("BABELSTREAM_REDIS__URI", "did you mean BABELSTREAM_REDIS__URL?"),
-    ("BABELSTREAM_LIMIT__MAX_TEXT_BYTES", "did you mean BABELSTREAM_LIMITS__MAX_TEXT_BYTES?"),
-    ("BABELSTREAM_ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ", "BABELSTREAM_<SECTION>__<FIELD>"),
-])
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("BABELSTREAM_REDIS__URI", "did you mean BABELSTREAM_REDIS__URL?"),
+        ("BABELSTREAM_LIMIT__MAX_TEXT_BYTES", "did you mean BABELSTREAM_LIMITS__MAX_TEXT_BYTES?"),
+        ("BABELSTREAM_ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ", "BABELSTREAM_<SECTION>__<FIELD>"),
+    ],
+)
 def test_unknown_names_are_refused(name: str, hint: str) -> None:
     with pytest.raises(ConfigError) as caught:
         check_environment({name: "1"})
@@ -45,6 +51,8 @@ def test_invalid_values_name_their_variables(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(ConfigError) as caught:
         settings_from_environment()
     message = str(caught.value)
-    assert "BABELSTREAM_WORKER__MAX_MESSAGES=0: Input should be greater than or equal to 1" in message
+    assert (
+        "BABELSTREAM_WORKER__MAX_MESSAGES=0: Input should be greater than or equal to 1" in message
+    )
     assert "BABELSTREAM_REDIS__TTL_S=forever" in message
     assert "\n" not in message
