@@ -105,7 +105,7 @@ class BabelStreamCli(LazyGroup):
                 raise
             raise failure from exc
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,

@@ -227,7 +227,7 @@ class ResultListener:
     def _partitions_of(self, topic: str) -> set[int]:
         deadline = time.monotonic() + 10
         while True:
-            partitions = self._consumer.partitions_for_topic(topic)
+            partitions: set[int] | None = self._consumer.partitions_for_topic(topic)
             if partitions:
                 return partitions
             if time.monotonic() > deadline:

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pipeline.codec import RecordRef, Rejected, decode_request
 from pipeline.digest import content_digest
 from pipeline.messages import (
-    SCHEMA_VERSION,
     DeadLetter,
     Headers,
     TranslationRequest,
@@ -162,7 +161,7 @@ def rejection_result(
     submitted = valid("submitted_at")
     submitted = submitted if submitted is not None and submitted <= done else done
     result = TranslationResult(
-        schema_version=SCHEMA_VERSION, request_id=request_id, source_lang=source,
+        request_id=request_id, source_lang=source,
         target_lang=target, pair=f"{source}_{target}", status="error",
         error=letter.error, reason=letter.reason, submitted_at=submitted, completed_at=done,
         latency_ms=done - submitted, worker=worker,

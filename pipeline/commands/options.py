@@ -71,7 +71,7 @@ DURATION = Duration()
 def refuse_router_contradiction(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Callback of ``worker``'s ``--router/--no-router`` and ``--router-only``:
     ``--router-only --no-router`` asks for a worker that does nothing."""
-    given = {**ctx.params, param.name: value}
+    given = {**ctx.params, str(param.name): value}
     if given.get("router_only") and given.get("router") is False:
         raise click.BadParameter(
             "--router-only and --no-router contradict each other: "

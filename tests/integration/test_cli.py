@@ -36,15 +36,24 @@ def settings(stack: object) -> Settings:
 
 @pytest.fixture(scope="module")
 def worker(settings: Settings) -> Iterator[WorkerProcess]:
-    with WorkerProcess(settings, log_path=PROJECT_ROOT / "var" / "log" / "test-cli-worker.log") as w:
+    with WorkerProcess(
+        settings, log_path=PROJECT_ROOT / "var" / "log" / "test-cli-worker.log"
+    ) as w:
         yield w
 
 
-def babelstream(*args: str, stdin: str | None = None, timeout_s: float = 120,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def babelstream(
+    *args: str, stdin: str | None = None, timeout_s: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """The installed console script, stdout and stderr piped (not a terminal)."""
-    return subprocess.run([PROGRAM, *args], input=stdin, capture_output=True, text=True,
-                          timeout=timeout_s, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [PROGRAM, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_successful_translations_log_no_error(
@@ -75,8 +84,9 @@ def test_results_of_submitted_requests(settings: Settings, worker: WorkerProcess
     ids = submitted.stdout.split()
     assert len(ids) == 2
 
-    fetched = babelstream("results", "--file", "-", "--wait", "60s", "--json",
-                          stdin=submitted.stdout)
+    fetched = babelstream(
+        "results", "--file", "-", "--wait", "60s", "--json", stdin=submitted.stdout
+    )
     assert fetched.returncode == 0, fetched.stderr
     results = [json.loads(line) for line in fetched.stdout.splitlines()]
     assert [r["request_id"] for r in results] == ids
@@ -99,8 +109,14 @@ def test_a_dead_letter_with_a_request_id_gets_an_error_result(
     """Another client's request over the UTF-8 limit (9,000 characters, 18,000 bytes) is
     dead-lettered, and its sender hears why at once instead of waiting out its timeout."""
     request_id = uuid.uuid4().hex
-    doc = {"request_id": request_id, "source_lang": "en", "target_lang": "en-XA",
-           "text": "é" * 9000, "submitted_at": now_ms(), "timeout_ms": 600_000}
+    doc = {
+        "request_id": request_id,
+        "source_lang": "en",
+        "target_lang": "en-XA",
+        "text": "é" * 9000,
+        "submitted_at": now_ms(),
+        "timeout_ms": 600_000,
+    }
     replies = ReplyBatch(request_ids=[request_id])
     with ResultListener(settings.kafka, [RESULTS_TOPIC]) as listener:
         producer = KafkaProducer(**kafka_python_options(settings.kafka, "test"))
@@ -128,13 +144,15 @@ def test_status_shows_the_worker_and_what_is_not_running(
     run = babelstream("status", "--json")
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
-    (group,) = [c for c in doc["components"]
-                if c["name"] == "worker" and c["address"] == "babelstream"]
+    (group,) = [
+        c for c in doc["components"] if c["name"] == "worker" and c["address"] == "babelstream"
+    ]
     assert {"en_en-XA", "en-XA_en"} <= set(group["info"]["pairs"])
     member = group["info"]["members"][0]
     assert member["url"] == f"http://127.0.0.1:{settings.worker.web_port}"
     assert member["assigned"]["translate.requests.en_en-XA"] == list(
-        range(settings.kafka.pair_partitions))
+        range(settings.kafka.pair_partitions)
+    )
     # the readiness page lands with the worker's rewrite; until then the worker says 404
     assert member["readiness"] in ("ready", "no readiness page (HTTP 404)")
     assert isinstance(group["info"]["total_lag"], int)
@@ -149,12 +167,24 @@ def test_bulk_run_reports_progress_lines_off_a_terminal(
     corpus = tmp_path / "docs"
     corpus.mkdir()
     for i in range(3):
-        (corpus / f"doc{i}.txt").write_text(f"Document {i}. It has two sentences.\n",
-                                            encoding="utf-8")
+        (corpus / f"doc{i}.txt").write_text(
+            f"Document {i}. It has two sentences.\n", encoding="utf-8"
+        )
     out = tmp_path / "out.parquet"
-    run = babelstream("bulk", "run", str(corpus), "--src", "en", "--tgt", "en-XA",
-                      "-o", str(out), "--tenant", uuid.uuid4().hex[:8],
-                      env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")})
+    run = babelstream(
+        "bulk",
+        "run",
+        str(corpus),
+        "--src",
+        "en",
+        "--tgt",
+        "en-XA",
+        "-o",
+        str(out),
+        "--tenant",
+        uuid.uuid4().hex[:8],
+        env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")},
+    )
     assert run.returncode == 0, run.stderr
     lines = run.stderr.splitlines()
     assert "\r" not in run.stderr
