@@ -171,20 +171,9 @@ def test_bulk_run_reports_progress_lines_off_a_terminal(
             f"Document {i}. It has two sentences.\n", encoding="utf-8"
         )
     out = tmp_path / "out.parquet"
-    run = babelstream(
-        "bulk",
-        "run",
-        str(corpus),
-        "--src",
-        "en",
-        "--tgt",
-        "en-XA",
-        "-o",
-        str(out),
-        "--tenant",
-        uuid.uuid4().hex[:8],
-        env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")},
-    )
+    args = f"bulk run {corpus} --src en --tgt en-XA -o {out} --tenant {uuid.uuid4().hex[:8]}"
+    state = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")}
+    run = babelstream(*args.split(), env=state)
     assert run.returncode == 0, run.stderr
     lines = run.stderr.splitlines()
     assert "\r" not in run.stderr

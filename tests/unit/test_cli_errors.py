@@ -149,20 +149,8 @@ def test_kafka_down_is_one_line_within_seconds(args: list[str]) -> None:
 def test_bulk_run_with_kafka_down(tmp_path: Path) -> None:
     corpus = tmp_path / "doc.txt"
     corpus.write_text("Hello world.\n", encoding="utf-8")
-    result = run(
-        [
-            "bulk",
-            "run",
-            str(corpus),
-            "--src",
-            "en",
-            "--tgt",
-            "en-XA",
-            "-o",
-            str(tmp_path / "out.parquet"),
-        ],
-        env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")},
-    )
+    args = f"bulk run {corpus} --src en --tgt en-XA -o {tmp_path / 'out.parquet'}"
+    result = run(args.split(), env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")})
     assert result.exit_code == EXIT_UNAVAILABLE, result.output
     assert result.stderr.strip().splitlines()[-1].startswith("Error: Kafka is not reachable")
     assert "Traceback" not in result.output
