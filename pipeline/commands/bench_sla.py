@@ -144,10 +144,10 @@ def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> d
 def sla(settings: Settings, count: int, pairs: int, rate: int, max_offsets_per_trigger: int,
         as_json: bool) -> None:
     """Results/s the Spark SLA job sustains over a pre-loaded backlog."""
-    from jobs.sla import run
-
     require_kafka(settings.kafka)
     require_spark_master(settings.sla.master, settings.kafka.connect_timeout_s)
+    from jobs.sla import run
+
     run_id = uuid.uuid4().hex[:8]
     source, sink = f"bench.sla.{run_id}", f"bench.sla.{run_id}.out"
     topics = {source: settings.kafka.results_partitions, sink: 1}

@@ -87,10 +87,10 @@ def sla(settings: Settings, thresholds: tuple[str, ...], until_idle: float | Non
             update={"sla": sla_settings(settings.sla, overrides, thresholds)})
     except (ValidationError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
-    from jobs.sla import run
-
     require_kafka(settings.kafka)
     require_spark_master(job_settings.sla.master, settings.kafka.connect_timeout_s)
+    from jobs.sla import run
+
     with stop_on_signals() as stop:
         try:
             summary = run(job_settings, until_idle_s=until_idle, stop=stop)
