@@ -161,7 +161,9 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, max_offsets_per_t
                 "starting_offsets": "earliest", "max_offsets_per_trigger": max_offsets_per_trigger,
             })
             job_settings = settings.model_copy(update={"sla": sla_settings})
-            summary = run(job_settings, until_idle_s=max(5.0, 4 * sla_settings.trigger_s))
+            with progress_bar("aggregated", total=count + pairs, unit="result") as bar:
+                summary = run(job_settings, until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
+                              on_input=bar.update)
         windows = read_windows(settings, sink)
         loaded = {"results": count, "pairs": pairs, "load_s": round(load_s, 2),
                   "windows_on_topic": len(windows),
