@@ -68,8 +68,9 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
     from kafka import KafkaProducer
 
     started = time.monotonic()
+    # acks=1 without idempotence: synthetic load, speed over delivery guarantees
     producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
-                             linger_ms=50, batch_size=512 * 1024)
+                             enable_idempotence=False, linger_ms=50, batch_size=512 * 1024)
     with progress_bar("pre-loaded", total=count, unit="result") as bar:
         for value in synthetic_results(count, pairs, rate):
             producer.send(topic, value=value)
@@ -101,7 +102,8 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench-sla"),
-                             auto_offset_reset="earliest", consumer_timeout_ms=3000)
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000)
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]
     finally:

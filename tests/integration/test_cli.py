@@ -180,3 +180,20 @@ def test_bulk_run_reports_progress_lines_off_a_terminal(
     assert any(line.startswith("completed: 6/6 (100%)") and "seg/s" in line for line in lines)
     assert "ERROR" not in run.stderr
     assert pq.read_table(out).column("status").to_pylist() == ["ok"] * 3
+
+
+def test_console_spans_go_to_stderr_not_into_submit_output(settings: Settings) -> None:
+    run = babelstream(
+        "submit",
+        "--src",
+        "en",
+        "--tgt",
+        "en-XA",
+        "One",
+        "Two",
+        env={"BABELSTREAM_OBSERVABILITY__CONSOLE_EXPORTER": "true"},
+    )
+    assert run.returncode == 0, run.stderr
+    ids = run.stdout.splitlines()
+    assert len(ids) == 2 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids), run.stdout
+    assert run.stderr.count('"name": "submit"') == 2
