@@ -83,17 +83,17 @@ def as_unavailable(exc: BaseException, kafka: KafkaSettings | None) -> ServiceUn
     """The one-line error for a client exception that means a service is not there, or None."""
     module = type(exc).__module__
     name = type(exc).__name__
-    if (
-        kafka is not None
-        and module.startswith(("kafka.", "aiokafka."))
-        and name
-        in (
-            "NoBrokersAvailable",
-            "KafkaConnectionError",
-            "KafkaTimeoutError",
-        )
-    ):
-        return kafka_unreachable(kafka, str(exc).removeprefix(f"{name}: ") or name)
+    if kafka is not None and module.startswith(("kafka.", "aiokafka.")):
+        detail = str(exc).removeprefix(f"{name}: ") or name
+        if name == "KafkaConnectionError" or (
+            name == "KafkaTimeoutError" and "bootstrap" in detail
+        ):
+            return kafka_unreachable(kafka, detail)
+        if name == "KafkaTimeoutError":  # brokers answer, but not in time (metadata, acks)
+            return ServiceUnavailable(
+                f"Kafka at {kafka.bootstrap_servers} did not answer in time ({detail}); "
+                "`babelstream status` shows its health"
+            )
     if module.startswith("pyspark.") and "JAVA_GATEWAY_EXITED" in str(exc):
         java = os.environ.get("JAVA_HOME", "not set")
         return ServiceUnavailable(

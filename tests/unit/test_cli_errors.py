@@ -210,3 +210,22 @@ def test_the_installed_command(
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     for word in words:
         assert word in lines[0]
+
+
+def test_client_errors_that_mean_kafka_is_not_there() -> None:
+    from aiokafka.errors import KafkaConnectionError as AioConnectionError
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    from pipeline.reachability import as_unavailable
+    from pipeline.settings import KafkaSettings
+
+    kafka = KafkaSettings(bootstrap_servers="k1:9092,k2:9092")
+    for error in (KafkaConnectionError("refused"), AioConnectionError("Unable to bootstrap")):
+        down = as_unavailable(error, kafka)
+        assert down is not None
+        assert str(down).startswith("Kafka is not reachable at k1:9092,k2:9092 (")
+    boot = as_unavailable(KafkaTimeoutError("Unable to bootstrap from ['k1:9092']"), kafka)
+    assert boot is not None and "not reachable" in str(boot)
+    slow = as_unavailable(KafkaTimeoutError("Failed to update metadata after 60.0 secs."), kafka)
+    assert slow is not None and "did not answer in time (Failed to update metadata" in str(slow)
+    assert as_unavailable(ValueError("a bug"), kafka) is None
