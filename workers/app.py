@@ -137,7 +137,7 @@ class WorkerShell:
     async def _fatal(self, exc: RetryBudgetExhausted) -> None:
         log.critical("giving up: %s; exiting so the group moves these partitions to a "
                      "healthy worker (nothing was committed past them)", exc)
-        self.exit_code = EXIT_RETRY_BUDGET
+        self.exit_code = exc.exit_code
         self.request_stop()
         await self._never.wait()
 
@@ -172,10 +172,6 @@ class WorkerShell:
             assigned.setdefault(tp.topic, []).append(tp.partition)
         details["assigned"] = assigned
         return True, details
-
-
-# Exit codes of `babelstream worker` (also in the README).
-EXIT_RETRY_BUDGET = 75  # transient faults outlasted worker.retry_budget_s (EX_TEMPFAIL)
 
 
 def create_app(

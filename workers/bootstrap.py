@@ -23,17 +23,14 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from pipeline.errors import BabelStreamError
+from pipeline.errors import BabelStreamError, ServiceUnavailable
 from pipeline.kafka_clients import admin_client
 from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.reachability import kafka_unreachable, require_kafka
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs
 
 log = logging.getLogger(__name__)
-
-
-class BrokerUnavailable(BabelStreamError):
-    """The brokers did not answer within the start-up budget."""
 
 
 class TopicsNotReady(BabelStreamError):
@@ -83,11 +80,11 @@ def changelog_config(topic: faust.TopicT) -> dict[str, str]:
 def prepare(kafka: KafkaSettings, specs: Mapping[str, TopicSpec], wait_s: float) -> None:
     """Wait for the brokers, create missing topics, wait until all are visible; or raise."""
     retrying = Retrying(
-        retry=retry_if_exception_type((KafkaError, TopicsNotReady)),
+        retry=retry_if_exception_type((KafkaError, ServiceUnavailable, TopicsNotReady)),
         wait=wait_exponential_jitter(multiplier=0.5, max=5.0),
         stop=stop_after_delay(wait_s),
         before_sleep=lambda state: log.warning(
-            "brokers at %s not ready (%s); retrying", kafka.bootstrap_servers,
+            "waiting for Kafka at %s: %s", kafka.bootstrap_servers,
             state.outcome.exception() if state.outcome else "?",
         ),
         reraise=True,
@@ -96,16 +93,11 @@ def prepare(kafka: KafkaSettings, specs: Mapping[str, TopicSpec], wait_s: float)
     try:
         for attempt in retrying:
             with attempt:
+                require_kafka(kafka)  # a quick TCP check before the slower clients
                 report = ensure_topics(kafka, specs)
                 _check_visible(kafka, specs)
-    except TopicsNotReady:
-        raise
     except KafkaError as exc:
-        raise BrokerUnavailable(
-            f"no Kafka broker answered at {kafka.bootstrap_servers} within {wait_s:.0f}s "
-            f"({type(exc).__name__}); start one with `babelstream up` or set "
-            f"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS"
-        ) from exc
+        raise kafka_unreachable(kafka, f"{type(exc).__name__} after {wait_s:.0f}s") from exc
     if report.created:
         log.info("created topics %s", ", ".join(report.created))
     if report.mismatched:

@@ -31,6 +31,7 @@ import faust
 from faust.streams import _current_event
 from faust.types import TP, EventT
 
+from pipeline.errors import EXIT_TEMPFAIL
 from pipeline.messages import Headers
 from pipeline.offsets import TopicPartition
 from pipeline.steps.base import Record
@@ -78,9 +79,6 @@ def assigned_partitions(app: faust.App) -> set[TopicPartition]:
     return {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()}
 
 
-EXIT_STOP_TIMEOUT = 75  # the stop outlasted its bound (EX_TEMPFAIL)
-
-
 class DrainingWorker(faust.Worker):
     """A Faust worker whose SIGTERM/SIGINT first drains and commits, within a bound.
 
@@ -99,7 +97,6 @@ class DrainingWorker(faust.Worker):
         self._drain = drain
         self._stop_timeout_s = stop_timeout_s
         self._stopping = False
-        self.exit_code = 0
 
     def _on_sigterm(self) -> None:
         self.stop_gracefully(signal.SIGTERM)
@@ -123,7 +120,7 @@ class DrainingWorker(faust.Worker):
         log.error("stop took longer than %.0fs; exiting now (unfinished batches were not "
                   "committed and will be processed again)", self._stop_timeout_s)
         logging.shutdown()
-        os._exit(EXIT_STOP_TIMEOUT)
+        os._exit(EXIT_TEMPFAIL)
 
     async def _drain_then_stop(self, sig: signal.Signals) -> None:
         try:

@@ -35,6 +35,7 @@ from pipeline.client import (
 from pipeline.commands.bench_pipeline import machine_info
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.reachability import require_kafka
 from pipeline.settings import Settings
 
 
@@ -161,18 +162,20 @@ def measure_interference(
 
 
 @click.command()
-@click.option("--requests", "n", type=int, default=300, show_default=True,
+@click.option("--requests", "n", type=click.IntRange(1), default=300, show_default=True,
               help="Interactive requests per phase.")
-@click.option("--rate", type=float, default=10.0, show_default=True,
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True,
               help="Interactive requests per second (moderate: well below saturation).")
-@click.option("--bulk-docs", type=int, default=5000, show_default=True,
+@click.option("--bulk-docs", type=click.IntRange(1), default=5000, show_default=True,
               help="Documents in the background bulk job (enough to outlast the phase).")
-@click.option("--max-in-flight", type=int, default=500, show_default=True,
+@click.option("--max-in-flight", type=click.IntRange(1), default=500, show_default=True,
               help="The bulk job's in-flight window.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line.")
 @click.pass_obj
 def interference(settings: Settings, n: int, rate: float, bulk_docs: int, max_in_flight: int,
                  as_json: bool) -> None:
     """Interactive P50/P95/P99 at a fixed rate, alone and with a bulk job saturating the worker."""
+    require_kafka(settings.kafka)
     doc = measure_interference(settings, n, rate, bulk_docs, max_in_flight)
     click.echo(json.dumps(doc, indent=None if as_json else 2))

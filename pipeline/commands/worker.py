@@ -11,18 +11,12 @@ from typing import IO
 import click
 
 from pipeline.cache import LruCache, RedisCache, TwoLevelCache
+from pipeline.commands.options import refuse_router_contradiction
 from pipeline.digest import files_fingerprint
 from pipeline.engine.registry import PairEntry, Registry
-from pipeline.errors import BabelStreamError
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
-
-# Exit codes (README "Running the worker"): 69 the brokers never answered at start
-# (EX_UNAVAILABLE); 75 transient faults outlasted the retry budget, or a stop
-# outlasted its bound (EX_TEMPFAIL): an orchestrator should restart the worker.
-EXIT_UNAVAILABLE = 69
-
 
 def _fingerprint(entry: PairEntry) -> str:
     # Cache keys name the exact weights: a rebuilt model never reuses old entries.
@@ -73,13 +67,15 @@ def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
 )
 @click.option(
     "--router/--no-router", default=True, show_default=True,
+    callback=refuse_router_contradiction,
     help="Also route translate.requests. Run the router in exactly one worker group.",
 )
 @click.option(
-    "--router-only", is_flag=True,
+    "--router-only", is_flag=True, callback=refuse_router_contradiction,
     help="Only route translate.requests (consumer group babelstream-router); load no model.",
 )
-@click.option("--loglevel", default="info", show_default=True, help="Faust's log level.")
+@click.option("--loglevel", default="info", show_default=True,
+              help="Faust's log level (critical, error, warning, info, debug).")
 @click.pass_obj
 def worker(
     settings: Settings, pairs: str | None, router: bool, router_only: bool, loglevel: str
@@ -92,11 +88,9 @@ def worker(
     from pipeline.engine.translator import CTranslate2Translator
     from pipeline.metrics import start_metrics_server
     from workers.app import ServedPair, WorkerContext, create_app
-    from workers.bootstrap import BrokerUnavailable, prepare, worker_topics
+    from workers.bootstrap import prepare, worker_topics
     from workers.faust_adapter import DrainingWorker
 
-    if router_only and not router:
-        raise click.UsageError("--router-only and --no-router contradict each other")
     registry = Registry.load(settings.engine.registry)
     deployment = {pair_id: entry.model_id for pair_id, entry in registry.pairs.items()}
     if router_only:
@@ -135,14 +129,9 @@ def worker(
         ctx, served, deployment, app_id=app_id, with_router=router or router_only,
         instance_id=instance_id, web_port=web_port,
     )
-    try:
-        prepare(settings.kafka, worker_topics(settings, [s.pair for s in served], app,
-                                              router or router_only), w.broker_wait_s)
-    except BrokerUnavailable as exc:
-        click.echo(f"Error: {exc}", err=True)
-        raise SystemExit(EXIT_UNAVAILABLE) from None
-    except BabelStreamError as exc:
-        raise click.ClickException(str(exc)) from exc
+    # the brokers not answering (exit 69) or a wrong topic: one line, from the CLI root
+    prepare(settings.kafka, worker_topics(settings, [s.pair for s in served], app,
+                                          router or router_only), w.broker_wait_s)
     if obs.metrics_port:
         start_metrics_server(obs.metrics_host, obs.metrics_port)
     log.warning(
@@ -158,4 +147,4 @@ def worker(
     try:
         runner.execute_from_commandline()
     except SystemExit as exc:
-        raise SystemExit(shell.exit_code or runner.exit_code or exc.code) from None
+        raise SystemExit(shell.exit_code or exc.code) from None

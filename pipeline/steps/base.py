@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pipeline.errors import BabelStreamError
+from pipeline.errors import EXIT_TEMPFAIL, BabelStreamError
 from pipeline.messages import (
     CacheLevel,
     DeadLetter,
@@ -44,6 +44,8 @@ class TransientError(BabelStreamError):
 
 class RetryBudgetExhausted(BabelStreamError):
     """Transient faults outlasted the retry budget: the worker must exit and rebalance."""
+
+    exit_code = EXIT_TEMPFAIL
 
 
 @dataclass(frozen=True, slots=True)

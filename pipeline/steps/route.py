@@ -11,12 +11,13 @@ from pipeline.tracing import SPAN_ROUTE, inject_headers, start_consumer_span
 
 
 class Route:
-    """Decides where every ingress record goes (exactly one outgoing record each).
+    """Decides where every ingress record goes.
 
-    Reads: records. Sets: ``batch.outgoing`` (routed request keyed by content
-    digest, dead letter, or ``error`` result for a pair no model serves), each
-    with a ``route`` span's trace context. Raises: nothing: bad input is a
-    dead letter.
+    Reads: records. Sets: ``batch.outgoing``, in order: the routed request
+    keyed by content digest; or a dead letter, then an ``error`` result for
+    its sender when it has a usable request id; or an ``error`` result for a
+    pair no model serves. Each carries a ``route`` span's trace context.
+    Raises: nothing: bad input is a dead letter.
     """
 
     def __init__(self, router: Router) -> None:
@@ -32,13 +33,14 @@ class Route:
                 "messaging.kafka.message.offset": record.offset,
             })
             with trace.use_span(span, end_on_exit=True):
-                out = self._router.route(
+                outs = self._router.route(
                     record.key, record.value,
                     RecordRef(record.topic, record.partition, record.offset), record.headers,
                 )
-                span.set_attribute("babelstream.route", out.kind)
-                span.set_attribute("messaging.destination.name", out.topic)
+                span.set_attribute("babelstream.route", outs[0].kind)
+                span.set_attribute("messaging.destination.name", outs[0].topic)
                 # The next hop continues the trace as a child of this route span.
-                batch.outgoing.append(Outgoing(
-                    out.topic, out.key, out.value, inject_headers(out.headers, span), out.kind,
-                ))
+                batch.outgoing.extend(
+                    Outgoing(o.topic, o.key, o.value, inject_headers(o.headers, span), o.kind)
+                    for o in outs
+                )
