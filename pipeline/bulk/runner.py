@@ -37,6 +37,7 @@ from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.engine.registry import Registry
 from pipeline.messages import TranslationResult, now_ms
 from pipeline.pairs import Pair, bulk_topic
+from pipeline.progress import progress_bar
 from pipeline.replies import ReplyTopic
 from pipeline.settings import Settings
 
@@ -116,8 +117,8 @@ def run_job(
     """Translate the corpus of ``reader`` as job ``spec.job_id``, resuming its state.
 
     ``stop`` ends the run early (BulkInterrupted, state kept); ``bulk cancel``
-    ends it with BulkCancelled; ``progress`` shows tqdm bars (None: only on a
-    terminal).
+    ends it with BulkCancelled; ``progress`` False hides the progress bars
+    (None: bars on a terminal, lines in a log).
     """
     started = time.monotonic()
     info = reader.scan()
@@ -217,17 +218,14 @@ class _Pump:
 
     def run(self, documents: Iterator[Any]) -> None:
         bulk, kafka = self._settings.bulk, self._settings.kafka
-        bars: dict[str, Any] = dict(
-            dynamic_ncols=True, disable=None if self._progress is None else not self._progress
-        )
+        bars: dict[str, Any] = dict(enabled=self._progress)
         with (
             ReplyTopic.for_call(kafka, self._settings.replies, label=self._spec.job_id) as reply,
             JobResults(kafka, self._spec.job_id, reply.name) as source,
             BulkPublisher(kafka, bulk_topic(self._spec.pair)) as sink,
-            tqdm(desc="segments", unit="seg", position=0, **bars) as segments_bar,
-            tqdm(
-                desc="documents", unit="doc", position=1, total=self._report.documents, **bars
-            ) as documents_bar,
+            progress_bar("segments", unit="seg", position=0, **bars) as segments_bar,
+            progress_bar("documents", total=self._report.documents, unit="doc", position=1,
+                         **bars) as documents_bar,
         ):
             template = RequestTemplate(
                 job_id=self._spec.job_id,
