@@ -54,6 +54,8 @@ class CancelRegistry:
         )
         self._clock = clock
         self.evicted = 0
+        # set by the feed once it has read the topic up to where it stood at start
+        self.ready = False
 
     def add(self, cancel: CancelRequest) -> None:
         """Remember a cancel (the latest ``cancelled_at`` per target wins)."""

@@ -21,6 +21,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from pipeline.fairness import DEFAULT_TENANT
 from pipeline.messages import TranslationResult
 from pipeline.steps.base import BatchStats
 
@@ -114,6 +115,49 @@ CACHE_CORRUPT = Counter(
     "L2 cache entries that could not be read (treated as misses).",
     registry=REGISTRY,
 )
+TENANT_REQUESTS = Counter(
+    "babelstream_tenant_requests",
+    "Results by pair, tenant (requests without one: default) and status "
+    "(ok|timeout|error|cancelled|rejected).",
+    ["pair", "tenant", "status"],
+    registry=REGISTRY,
+)
+TENANT_LATENCY = Histogram(
+    "babelstream_tenant_latency_seconds",
+    "Submission to result latency by pair and tenant.",
+    ["pair", "tenant"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+QUOTA_CHECKS = Counter(
+    "babelstream_quota_checks",
+    "Requests checked against their tenant's quota, by outcome (admitted|rejected).",
+    ["tenant", "outcome"],
+    registry=REGISTRY,
+)
+QUOTA_ERRORS = Counter(
+    "babelstream_quota_errors",
+    "Quota checks that could not reach Redis (those requests were admitted).",
+    registry=REGISTRY,
+)
+FAIR_SHARE_HELD = Gauge(
+    "babelstream_fair_share_held",
+    "Fetched requests held for fair share (not yet in an engine round), by topic and tenant.",
+    ["topic", "tenant"],
+    registry=REGISTRY,
+)
+CANCELS_KNOWN = Gauge(
+    "babelstream_cancels_known",
+    "Live cancels (request ids and bulk jobs) the worker holds.",
+    registry=REGISTRY,
+)
+REPLY_COPIES = Counter(
+    "babelstream_reply_copies",
+    "Results copied to their caller's reply topic, by outcome (copied|gone: the topic was "
+    "deleted|failed: not delivered in time; the result is on translate.results either way).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 # Exposition names (counters gain a ``_total`` sample suffix).
 METRIC_NAMES: tuple[str, ...] = (
@@ -131,6 +175,13 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_batch_retries_total",
     "babelstream_cache_errors_total",
     "babelstream_cache_corrupt_entries_total",
+    "babelstream_tenant_requests_total",
+    "babelstream_tenant_latency_seconds",
+    "babelstream_quota_checks_total",
+    "babelstream_quota_errors_total",
+    "babelstream_fair_share_held",
+    "babelstream_cancels_known",
+    "babelstream_reply_copies_total",
 )
 
 
@@ -147,6 +198,9 @@ def record_batch(pair: str, stats: BatchStats, results: Iterable[TranslationResu
         cache = result.cache if result.status == "ok" and result.cache else "none"
         REQUESTS.labels(pair, result.status, cache).inc()
         REQUEST_LATENCY.labels(pair, result.status).observe(result.latency_ms / 1000)
+        tenant = result.tenant or DEFAULT_TENANT
+        TENANT_REQUESTS.labels(pair, tenant, result.status).inc()
+        TENANT_LATENCY.labels(pair, tenant).observe(result.latency_ms / 1000)
     if stats.engine_seconds > 0:
         ENGINE_TOKENS.labels(pair, "input").inc(stats.engine_input_tokens)
         ENGINE_TOKENS.labels(pair, "output").inc(stats.engine_output_tokens)
@@ -154,6 +208,26 @@ def record_batch(pair: str, stats: BatchStats, results: Iterable[TranslationResu
         ENGINE_TOKENS_PER_SECOND.labels(pair).set(
             stats.engine_output_tokens / stats.engine_seconds
         )
+
+
+def record_quota(tenant: str, admitted: int, rejected: int) -> None:
+    """Count one batch's quota checks of one tenant."""
+    if admitted:
+        QUOTA_CHECKS.labels(tenant, "admitted").inc(admitted)
+    if rejected:
+        QUOTA_CHECKS.labels(tenant, "rejected").inc(rejected)
+
+
+def record_reply_copies(outcome: str, count: int) -> None:
+    """Count reply copies by outcome (copied, gone, failed)."""
+    if count:
+        REPLY_COPIES.labels(outcome).inc(count)
+
+
+def set_fair_share_held(topic: str, held: Mapping[str, int], known: set[str]) -> None:
+    """Requests held per tenant on ``topic``; tenants in ``known`` and not held read 0."""
+    for tenant in known | set(held):
+        FAIR_SHARE_HELD.labels(topic, tenant).set(held.get(tenant, 0))
 
 
 def record_route(kind: str) -> None:

@@ -26,7 +26,7 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC, bulk_topic, pair_topic
+from pipeline.pairs import DLQ_TOPIC, bulk_topic, pair_topic
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Outgoing
 
@@ -47,10 +47,6 @@ def request_digest(request: TranslationRequest, model_id: str) -> str:
         tenant=request.tenant,
         domain=request.domain,
     )
-
-
-def result_topic(request: TranslationRequest) -> str:
-    return request.reply_to or RESULTS_TOPIC
 
 
 class Router:
@@ -77,9 +73,8 @@ class Router:
             out = [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "dead_letter")]
             reply = rejection_result(value, letter, self._worker)
             if reply is not None:
-                topic, result = reply
-                out.append(Outgoing(topic, result.request_id.encode(), result.to_json(),
-                                    headers, "rejected"))
+                reply_to, result = reply
+                out.append(Outgoing.for_result(result, headers, "rejected", reply_to))
             return out
         return [self._accepted(decoded.request, headers)]
 
@@ -94,10 +89,7 @@ class Router:
                 reason="unsupported_pair",
                 worker=self._worker,
             )
-            return Outgoing(
-                result_topic(request), request.request_id.encode(), result.to_json(), headers,
-                "unsupported",
-            )
+            return Outgoing.for_result(result, headers, "unsupported", request.reply_to)
         if request.timeout_ms is None:
             request = request.model_copy(update={"timeout_ms": self._limits.default_timeout_ms})
         topic = bulk_topic(request.pair) if request.is_bulk else pair_topic(request.pair)
@@ -125,9 +117,10 @@ def _field(document: dict[str, Any], model: type[BaseModel], name: str) -> Any:
 
 def rejection_result(
     value: bytes | None, letter: DeadLetter, worker: str
-) -> tuple[str, TranslationResult] | None:
-    """(topic, ``error`` result) telling the sender of a dead-lettered request why, or None
-    when the record has no usable ``request_id`` (not JSON, not an object, or no valid id).
+) -> tuple[str | None, TranslationResult] | None:
+    """(its reply topic, ``error`` result) telling the sender of a dead-lettered request
+    why, or None when the record has no usable ``request_id`` (not JSON, not an object,
+    or no valid id).
 
     Fields that are themselves invalid are left out or replaced: a language tag
     by ``und``, ``submitted_at`` by now; ``reply_to`` is honoured when valid.
@@ -156,4 +149,4 @@ def rejection_result(
         latency_ms=done - submitted, worker=worker,
         **{name: valid(name) for name in ("tenant", "job_id", "doc_id", "segment_index")},
     )
-    return valid("reply_to", TranslationRequest) or RESULTS_TOPIC, result
+    return valid("reply_to", TranslationRequest), result

@@ -297,6 +297,10 @@ class ReplySettings(_Section):
     partitions: int = Field(1, ge=1)
     # a reply topic outlives its call by at most this long if the client never deletes it
     retention_ms: int = Field(3_600_000, ge=60_000)
+    # workers: how old a listing of existing reply topics may be, and how long a copy may
+    # take before it is given up (the result is on the shared topic anyway)
+    listing_refresh_s: float = Field(1.0, gt=0)
+    copy_timeout_s: float = Field(5.0, gt=0)
 
 
 class Settings(BaseSettings):

@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pipeline.cache import CachedTranslation, LruCache, RedisCache, TwoLevelCache
+from pipeline.cancel import CancelRegistry, cancels_for
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translation
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import Pair, pair_topic
+from pipeline.pairs import RESULTS_TOPIC, Pair, pair_topic
+from pipeline.replies import ReplyTopicCheck
 from pipeline.routing import request_digest
 from pipeline.scheduling import INTERACTIVE, PriorityGate
 from pipeline.settings import LimitSettings
@@ -28,6 +30,8 @@ from pipeline.steps.base import Batch, Item, Outgoing, Record, RetryBudgetExhaus
 from pipeline.steps.chains import translation_steps
 from pipeline.steps.engine import EngineRunner
 from pipeline.steps.publish import Producer
+from pipeline.steps.quota import Quotas
+from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.runner import BatchRunner, RetryPolicy
 from workers.stats import WorkerStats
 
@@ -77,10 +81,18 @@ class MemoryWindow:
 
 
 class Backend(Protocol):
-    """Where published records go and what backs the L2 cache."""
+    """Where published records go, what backs the L2 cache and the quota counters, and
+    which reply topics exist (``reply_topic`` does)."""
 
     producer: Producer
     l2: RedisCache
+    reply_topic: str
+
+    def quotas(self, chars: dict[str, int]) -> Quotas:
+        """Quota counters with these tenants' quotas."""
+        ...
+
+    async def list_topics(self) -> set[str]: ...
 
     async def published(self, marker: str, expected: int) -> list[Outgoing]: ...
 
@@ -98,15 +110,23 @@ class Harness:
     window: MemoryWindow = field(default_factory=MemoryWindow)
     marker: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     budget_s: float = 30.0
+    # characters per window for this harness's tenant (None: no quota)
+    quota_chars: int | None = None
 
     def __post_init__(self) -> None:
         self.cache = TwoLevelCache(LruCache(1000), self.backend.l2)
         self.stats = WorkerStats()
+        self.cancels = CancelRegistry(horizon_ms=3_600_000, max_entries=1000)
+        self.cancels.ready = True
+        quotas = {} if self.quota_chars is None else {self.marker: self.quota_chars}
         engine = EngineRunner(self.translator, TokenBudgetBatcher(64), PriorityGate(),
                               INTERACTIVE)
+        producer = self.backend.producer
         steps = translation_steps(
             limits=LimitSettings(), window=self.window, cache=self.cache, engine=engine,
-            producer=self.backend.producer, totals=self.stats, compute_type="int8",
+            producer=producer, totals=self.stats, compute_type="int8",
+            cancels=self.cancels, quotas=self.backend.quotas(quotas),
+            replies=ReplyCopies(producer, ReplyTopicCheck(self.backend.list_topics), 5.0),
         )
         self.runner = BatchRunner(
             steps,
@@ -137,10 +157,10 @@ class Harness:
         return await self.runner.run(self.records(values))
 
     async def results(self, expected: int) -> dict[str, TranslationResult]:
-        """Published results by request id (exactly one each)."""
+        """Published results by request id (exactly one each, on the shared topic)."""
         by_id: dict[str, TranslationResult] = {}
         for out in await self.backend.published(self.marker, expected):
-            if out.kind == "result":
+            if out.kind == "result" and out.topic == RESULTS_TOPIC:
                 result = TranslationResult.from_json(out.value)
                 assert result.request_id not in by_id, "one result per request"
                 by_id[result.request_id] = result
@@ -235,6 +255,54 @@ async def the_second_level_cache_answers(h: Harness) -> None:
     assert h.translator.calls == []
 
 
+async def cancelled_requests_are_not_translated(h: Harness) -> None:
+    bulk = {"job_id": f"job-{h.marker}", "doc_id": "d", "segment_index": 0}
+    for cancel in cancels_for([f"{h.marker}-1"], [f"job-{h.marker}"]):
+        h.cancels.add(cancel)
+    batch = await h.run([h.request(0, "keep me"), h.request(1, "drop me"),
+                         h.request(2, "drop the job", **bulk)])
+    results = await h.results(3)
+    assert [results[f"{h.marker}-{i}"].status for i in range(3)] == [
+        "ok", "cancelled", "cancelled"]
+    assert {results[f"{h.marker}-{i}"].reason for i in (1, 2)} == {"cancelled"}
+    assert h.translator.texts == ["keep me"], "no compute for cancelled requests"
+    assert batch.stats.by_status == {"ok": 1, "cancelled": 2}
+    # submitted after the cancel: a rerun of the job is translated
+    later = h.request(3, "the job again", **bulk)
+    await h.run([later.model_copy(update={"request_id": f"{h.marker}-2"})])
+    assert "the job again" in h.translator.texts
+
+
+async def over_quota_requests_are_rejected_with_when_to_retry(h: Harness) -> None:
+    h.quota_chars = 30
+    h.__post_init__()
+    texts = ["twenty characters!!!", "twenty more chars!!!", "five!"]
+    await h.run([h.request(i, text) for i, text in enumerate(texts)])
+    results = await h.results(3)
+    statuses = [results[f"{h.marker}-{i}"] for i in range(3)]
+    assert [r.status for r in statuses] == ["ok", "rejected", "ok"]
+    rejected = statuses[1]
+    assert rejected.reason == "quota_exceeded" and rejected.retry_after_ms
+    assert rejected.retry_after_ms > 0
+    assert "twenty more chars!!!" not in h.translator.texts
+    # the first request again (a redelivery): charged once, so still within the quota
+    again = await h.run([h.request(0, texts[0])])
+    assert again.stats.by_status == {"ok": 1}
+
+
+async def results_are_copied_to_existing_reply_topics_only(h: Harness) -> None:
+    gone = f"translate.replies.gone-{h.marker}"
+    await h.run([h.request(0, "reply here", reply_to=h.backend.reply_topic),
+                 h.request(1, "reply nowhere", reply_to=gone), h.request(2, "no reply")])
+    results = await h.results(3)
+    assert {r.status for r in results.values()} == {"ok"}, "every result on the shared topic"
+    copies = [o for o in await h.backend.published(h.marker, 4)
+              if o.topic == h.backend.reply_topic]
+    assert [TranslationResult.from_json(o.value).request_id for o in copies] == [
+        f"{h.marker}-0"]
+    assert not [o for o in await h.backend.published(h.marker, 4) if o.topic == gone]
+
+
 CASES: list[Case] = [
     identical_texts_are_translated_once,
     bad_input_is_a_dead_letter_and_the_rest_is_translated,
@@ -244,4 +312,7 @@ CASES: list[Case] = [
     a_broken_engine_gives_up_without_results,
     a_corrupt_cache_entry_is_a_miss,
     the_second_level_cache_answers,
+    cancelled_requests_are_not_translated,
+    over_quota_requests_are_rejected_with_when_to_retry,
+    results_are_copied_to_existing_reply_topics_only,
 ]

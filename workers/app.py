@@ -28,7 +28,8 @@ from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
-from pipeline.offsets import TopicPartition
+from pipeline.fairness import DeficitRoundRobin, FairRounds
+from pipeline.offsets import Ticket, TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
@@ -37,7 +38,9 @@ from pipeline.steps.base import Batch, RetryBudgetExhausted
 from pipeline.steps.chains import routing_steps, translation_steps
 from pipeline.steps.engine import EngineRunner
 from pipeline.steps.publish import Producer
+from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.runner import BatchRunner, RetryPolicy
+from workers.control import Controls, Held, held_of
 from workers.dedup import FaustDedupWindow
 from workers.faust_adapter import assigned_partitions, record_of, tp_of
 from workers.offsets import OffsetKeeper
@@ -94,11 +97,21 @@ class WorkerShell:
     async def handle(self, events: Sequence[Any], runner: BatchRunner,
                      window: FaustDedupWindow | None = None) -> None:
         """Admit, process, publish and mark done one micro-batch of one agent."""
+        admitted, tickets = await self.admit(events)
+        if admitted:
+            await self.process(admitted, tickets, runner, window)
+
+    async def admit(self, events: Sequence[Any]) -> tuple[list[Any], list[Ticket]]:
+        """The fetched events to process, in order (through the offset book), and tickets."""
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
-        admitted, tickets = await self.offsets.admit(events)
-        if not admitted:
-            return
+        return await self.offsets.admit(events)
+
+    async def process(self, admitted: Sequence[Any], tickets: list[Ticket], runner: BatchRunner,
+                      window: FaustDedupWindow | None = None) -> None:
+        """Run admitted events through the steps; mark them done once all is published."""
+        if self.draining:
+            await self._never.wait()
         if window is not None:
             window.bind(admitted)
         tps = {tp_of(e) for e in admitted}
@@ -215,6 +228,8 @@ def create_app(
     shell = WorkerShell(app, ctx, offsets)
     producer = FaustProducer(app, w.produce_timeout_s)
     policy = RetryPolicy(w.retry_initial_s, w.retry_max_s, w.retry_budget_s)
+    controls = Controls.from_settings(s)
+    replies = ReplyCopies(producer, controls.reply_topics, s.replies.copy_timeout_s)
 
     def source(name: str) -> faust.TopicT:
         # acks off: offsets are committed by the shell's offset book, not by Faust
@@ -224,7 +239,7 @@ def create_app(
     if with_router:
         router = Router(deployment_models, s.limits, worker=ctx.worker_name)
         runner = BatchRunner(
-            routing_steps(router=router, producer=producer, totals=ctx.stats),
+            routing_steps(router=router, producer=producer, totals=ctx.stats, replies=replies),
             functools.partial(Batch.of, pair=None, model_id="", worker=ctx.worker_name),
             policy, name="router",
         )
@@ -236,15 +251,17 @@ def create_app(
         app.agent(source(REQUESTS_TOPIC), name="router", concurrency=1)(route)
 
     for entry in served:
-        _add_pair_agents(app, shell, entry, source, producer, policy)
+        _add_pair_agents(app, shell, entry, source, producer, policy, controls, replies)
 
     _add_lifecycle(app, shell)
+    _add_controls(app, controls, with_agents=bool(served))
     return app, shell
 
 
 def _add_pair_agents(
     app: faust.App, shell: WorkerShell, entry: ServedPair,
     source: Callable[[str], faust.TopicT], producer: Producer, policy: RetryPolicy,
+    controls: Controls, replies: ReplyCopies,
 ) -> None:
     ctx = shell.ctx
     w = ctx.settings.worker
@@ -261,6 +278,7 @@ def _add_pair_agents(
         steps = translation_steps(
             limits=ctx.settings.limits, window=window, cache=ctx.cache, engine=engine,
             producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
+            cancels=controls.cancels, quotas=controls.quotas, replies=replies,
         )
         runner = BatchRunner(
             steps,
@@ -269,9 +287,12 @@ def _add_pair_agents(
             ),
             policy, name=topic_name,
         )
-        app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(
-            _translation_agent(shell, runner, window, take, w.max_wait_s)
+        agent = (
+            _fair_translation_agent(shell, runner, window, take, topic_name)
+            if ctx.settings.tenants.fair_share
+            else _translation_agent(shell, runner, window, take, w.max_wait_s)
         )
+        app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(agent)
 
 
 def _translation_agent(
@@ -282,6 +303,65 @@ def _translation_agent(
             await shell.handle(events, runner, window)
 
     return translate
+
+
+def _fair_translation_agent(
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int, topic: str
+) -> Callable[[StreamT], Any]:
+    """Fetch continuously into per-tenant queues; a second task runs the engine rounds.
+
+    Held events are admitted (their offsets owed) but not done, so nothing past
+    the oldest of them is committed; events of an assignment that was revoked
+    meanwhile are dropped when their round comes (the new owner reads them).
+    """
+    s = shell.ctx.settings
+    tenants = s.tenants
+
+    async def translate(stream: StreamT) -> None:
+        rounds: FairRounds[Held] = FairRounds(
+            DeficitRoundRobin(tenant_of=lambda h: h.tenant, cost_of=lambda h: h.chars,
+                              weight_of=tenants.weight, quantum=tenants.quantum_chars,
+                              max_items=take),
+            max_held=tenants.max_deferred,
+        )
+        server = asyncio.create_task(_serve_rounds(shell, runner, window, rounds, topic))
+        try:
+            async for events in stream.take_events(take, within=s.worker.max_wait_s):
+                admitted, tickets = await shell.admit(events)
+                if admitted:
+                    await rounds.offer([held_of(e, t) for e, t in zip(admitted, tickets,
+                                                                        strict=True)])
+        finally:
+            server.cancel()
+
+    return translate
+
+
+async def _serve_rounds(
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow,
+    rounds: FairRounds[Held], topic: str,
+) -> None:
+    seen: set[str] = set()
+    while True:
+        chosen = await rounds.next_round()
+        current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
+        if current:
+            await shell.process([h.event for h in current], [h.ticket for h in current],
+                                runner, window)
+        held = rounds.held_by_tenant()
+        metrics.set_fair_share_held(topic, held, seen)
+        seen.update(held)
+
+
+def _add_controls(app: faust.App, controls: Controls, *, with_agents: bool) -> None:
+    """The cancel feed (translation agents need it) and the quota counters' health."""
+    if with_agents:
+        app.task(controls.feed.run)
+    quota_errors = metrics.TotalTracker(metrics.QUOTA_ERRORS)
+
+    @app.timer(interval=controls.sample_interval_s)
+    async def sample_quota_errors() -> None:
+        quota_errors.update(controls.quotas.errors)
 
 
 def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:

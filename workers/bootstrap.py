@@ -25,10 +25,10 @@ from tenacity import (
 
 from pipeline.errors import BabelStreamError, ServiceUnavailable
 from pipeline.kafka_clients import admin_client
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.pairs import CANCEL_TOPIC, DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.reachability import kafka_unreachable, require_kafka
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs
+from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,9 @@ def worker_topics(
     }
     if with_router:
         specs[REQUESTS_TOPIC] = TopicSpec(kafka.ingress_partitions)
+    pairs = list(pairs)
+    if pairs:  # translation agents read the cancels
+        specs[CANCEL_TOPIC] = topic_specs(settings)[CANCEL_TOPIC]
     for pair in pairs:
         specs.update(pair_topic_specs(kafka, pair))
     for table in app.tables.values():

@@ -30,7 +30,7 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import Pair
+from pipeline.pairs import RESULTS_TOPIC, Pair
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -63,13 +63,25 @@ class Record:
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     """One record to produce; ``kind`` says what it is, for metrics (result, dead_letter,
-    routed, unsupported)."""
+    routed, unsupported, rejected); ``reply_to``: the reply topic a result is copied to
+    after it is published (see :mod:`pipeline.steps.replies`)."""
 
     topic: str
     key: bytes | None
     value: bytes
     headers: Headers
     kind: str = "result"
+    reply_to: str | None = None
+
+    @classmethod
+    def for_result(
+        cls, result: TranslationResult, headers: Headers, kind: str = "result",
+        reply_to: str | None = None,
+    ) -> Outgoing:
+        """A result: keyed by request id, on the shared results topic (every consumer of
+        results, the SLA job first, reads them there), copied to ``reply_to`` if given."""
+        return cls(RESULTS_TOPIC, result.request_id.encode(), result.to_json(), headers, kind,
+                   reply_to)
 
 
 @dataclass(slots=True)

@@ -7,6 +7,7 @@ from pipeline.routing import Router
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Step
 from pipeline.steps.cache import CacheLookup
+from pipeline.steps.cancel import Cancel, CancelLookup
 from pipeline.steps.deadline import Deadline
 from pipeline.steps.decode import Decode
 from pipeline.steps.dedup import InBatchDedup
@@ -14,6 +15,8 @@ from pipeline.steps.emit import Emit
 from pipeline.steps.engine import EngineRunner, Translate
 from pipeline.steps.observe import Observe, StatsSink
 from pipeline.steps.publish import Producer, Publish
+from pipeline.steps.quota import QuotaCheck, Quotas
+from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.resolve import Resolve
 from pipeline.steps.route import Route
 from pipeline.steps.store import Store
@@ -30,12 +33,17 @@ def translation_steps(
     producer: Producer,
     totals: StatsSink,
     compute_type: str,
+    cancels: CancelLookup,
+    quotas: Quotas,
+    replies: ReplyCopies,
 ) -> list[Step]:
     """A translation agent's micro-batch: one result (or dead letter) per record."""
     return [
         Decode(limits),
         OpenSpans(compute_type),
         Deadline(limits.default_timeout_ms),
+        Cancel(cancels),
+        QuotaCheck(quotas),
         InBatchDedup(),
         WindowLookup(window),
         CacheLookup(cache),
@@ -44,11 +52,14 @@ def translation_steps(
         Resolve(),
         Emit(),
         Publish(producer),
+        replies,
         CloseSpans(compute_type),
         Observe(totals),
     ]
 
 
-def routing_steps(*, router: Router, producer: Producer, totals: StatsSink) -> list[Step]:
+def routing_steps(
+    *, router: Router, producer: Producer, totals: StatsSink, replies: ReplyCopies
+) -> list[Step]:
     """The router's micro-batch: every ingress record to where it belongs."""
-    return [Route(router), Publish(producer), Observe(totals)]
+    return [Route(router), Publish(producer), replies, Observe(totals)]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pipeline.messages import Headers
 from pipeline.pairs import DLQ_TOPIC
-from pipeline.routing import result_topic
 from pipeline.steps.base import Batch, Item, Outgoing
 from pipeline.tracing import inject_headers
 
@@ -12,17 +11,16 @@ from pipeline.tracing import inject_headers
 class Emit:
     """Turns every resolved item into the record to produce.
 
-    Reads: ``result`` (to the request's reply topic, keyed by request id) or
-    ``dead_letter`` (to the DLQ, with the original key). Sets: ``batch.outgoing``.
-    Raises: nothing.
+    Reads: ``result`` (to the shared results topic, keyed by request id, with the
+    request's ``reply_to`` for its copy) or ``dead_letter`` (to the DLQ, with the
+    original key). Sets: ``batch.outgoing``. Raises: nothing.
     """
 
     async def __call__(self, batch: Batch) -> None:
         for item in batch.items:
             if item.result is not None and item.request is not None:
-                batch.outgoing.append(Outgoing(
-                    result_topic(item.request), item.result.request_id.encode(),
-                    item.result.to_json(), _headers(item), kind="result",
+                batch.outgoing.append(Outgoing.for_result(
+                    item.result, _headers(item), reply_to=item.request.reply_to,
                 ))
             elif item.dead_letter is not None:
                 batch.outgoing.append(Outgoing(

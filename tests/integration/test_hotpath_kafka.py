@@ -17,8 +17,11 @@ from kafka.errors import KafkaError
 
 from pipeline.cache import RedisCache
 from pipeline.client import reliable_producer
+from pipeline.kafka_clients import admin_client
 from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC
-from pipeline.settings import Settings, load_settings
+from pipeline.quota import QuotaLimiter
+from pipeline.replies import ReplyTopic
+from pipeline.settings import Settings, TenantSettings, load_settings
 from pipeline.steps.base import Outgoing, TransientError
 from tests.hotpath_cases import CASES, Case, Harness
 from tests.integration.helpers import TopicTail
@@ -54,14 +57,32 @@ class KafkaBackend:
     def __init__(self, settings: Settings) -> None:
         self.producer = KafkaProducer(settings)
         self.l2 = RedisCache(settings.redis)
+        self._settings = settings
         self._redis = redis.Redis.from_url(settings.redis.url)
+        self._reply = ReplyTopic.for_call(settings.kafka, settings.replies, label="hotpath")
+        self.reply_topic = self._reply.create().name
         bootstrap = settings.kafka.bootstrap_servers
-        self._tails = [TopicTail(bootstrap, RESULTS_TOPIC), TopicTail(bootstrap, DLQ_TOPIC)]
+        self._tails = [TopicTail(bootstrap, RESULTS_TOPIC), TopicTail(bootstrap, DLQ_TOPIC),
+                       TopicTail(bootstrap, self.reply_topic)]
+
+    def quotas(self, chars: dict[str, int]) -> QuotaLimiter:
+        return QuotaLimiter(TenantSettings(quota_chars=chars), self._settings.redis)
+
+    async def list_topics(self) -> set[str]:
+        def names() -> set[str]:
+            admin = admin_client(self._settings.kafka, "hotpath-test")
+            try:
+                return set(admin.list_topics())
+            finally:
+                admin.close()
+
+        return await asyncio.to_thread(names)
 
     async def published(self, marker: str, expected: int) -> list[Outgoing]:
         def ours() -> list[Outgoing]:
             found = []
-            for tail, kind in zip(self._tails, ("result", "dead_letter"), strict=True):
+            kinds = ("result", "dead_letter", "result")
+            for tail, kind in zip(self._tails, kinds, strict=True):
                 for record in tail.drain(quiet_s=0.5):
                     if marker.encode() in (record.value or b""):
                         found.append(Outgoing(tail.topic, record.key, record.value,
@@ -82,6 +103,7 @@ class KafkaBackend:
         for tail in self._tails:
             tail.close()
         self._redis.close()
+        self._reply.delete()
 
 
 @pytest.fixture

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from pipeline.cache import RedisCache
+from pipeline.quota import QuotaDecision
 from pipeline.settings import RedisSettings
 from pipeline.steps.base import Outgoing, TransientError
 from tests.hotpath_cases import CASES, Case, Harness
@@ -55,11 +56,51 @@ class MemoryProducer:
         self.sent.extend(records)
 
 
+class FakeQuotas:
+    """Characters per tenant, never forgotten; a request id is charged once."""
+
+    def __init__(self, chars: dict[str, int]) -> None:
+        self._chars = chars
+        self._used: dict[str, int] = {}
+        self._charged: set[str] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._chars)
+
+    async def charge_async(
+        self, costs: Mapping[str, Sequence[tuple[str, int]]]
+    ) -> dict[str, list[QuotaDecision]]:
+        out: dict[str, list[QuotaDecision]] = {}
+        for tenant, requests in costs.items():
+            quota = self._chars.get(tenant)
+            decisions = []
+            for request_id, cost in requests:
+                used = self._used.get(tenant, 0)
+                if quota is None or request_id in self._charged or used + cost <= quota:
+                    if quota is not None and request_id not in self._charged:
+                        self._used[tenant] = used + cost
+                        self._charged.add(request_id)
+                    decisions.append(QuotaDecision(True))
+                else:
+                    decisions.append(QuotaDecision(False, 1000, quota))
+            out[tenant] = decisions
+        return out
+
+
 class FakeBackend:
+    reply_topic = "translate.replies.test"
+
     def __init__(self) -> None:
         self.producer = MemoryProducer()
         self.redis = FakeRedis()
         self.l2 = RedisCache(RedisSettings(), client=self.redis)  # type: ignore[arg-type]
+
+    def quotas(self, chars: dict[str, int]) -> FakeQuotas:
+        return FakeQuotas(chars)
+
+    async def list_topics(self) -> set[str]:
+        return {self.reply_topic, "translate.results"}
 
     async def published(self, marker: str, expected: int) -> list[Outgoing]:
         return [o for o in self.producer.sent if marker.encode() in o.value]

@@ -56,9 +56,9 @@ def test_unsupported_pair_gets_error_result() -> None:
     assert "en_de" in (result.error or "")
 
 
-def test_reply_to_is_honoured_for_error_results() -> None:
+def test_error_results_go_to_the_shared_topic_and_carry_their_reply_topic() -> None:
     out = route_one(None, request(target_lang="de", reply_to="my.replies"))
-    assert out.topic == "my.replies"
+    assert (out.topic, out.reply_to) == ("translate.results", "my.replies")
 
 
 @pytest.mark.parametrize("value", [
@@ -82,8 +82,8 @@ def test_request_over_a_limit_is_dead_lettered_and_its_sender_told_why() -> None
     letter, reply = ROUTER.route(b"en_en-XA", value, REF, headers)
     assert (letter.kind, letter.topic) == ("dead_letter", "translate.dlq")
     assert DeadLetter.from_json(letter.value).reason == "limit_exceeded"
-    assert (reply.kind, reply.topic, reply.key, reply.headers) == (
-        "rejected", "my.replies", b"big", headers)
+    assert (reply.kind, reply.topic, reply.reply_to, reply.key, reply.headers) == (
+        "rejected", "translate.results", "my.replies", b"big", headers)
     result = TranslationResult.from_json(reply.value)
     assert (result.status, result.reason, result.pair, result.tenant) == (
         "error", "limit_exceeded", "en_en-XA", "acme")
@@ -100,7 +100,8 @@ def test_invalid_fields_of_a_rejected_request_are_replaced_or_left_out() -> None
     result = TranslationResult.from_json(reply.value)
     assert (result.source_lang, result.target_lang, result.pair) == ("und", "en-XA", "und_en-XA")
     assert result.submitted_at >= before and result.latency_ms == 0  # its own time was invalid
-    assert (result.tenant, result.job_id, reply.topic) == (None, "j", "translate.results")
+    assert (result.tenant, result.job_id, reply.topic, reply.reply_to) == (
+        None, "j", "translate.results", None)
     assert "source_lang" in (result.error or "") and result.reason == "invalid"
 
 

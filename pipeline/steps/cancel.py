@@ -1,0 +1,44 @@
+"""cancel: a request its caller cancelled ends as ``cancelled`` before any compute."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pipeline.messages import CancelRequest, TranslationRequest
+from pipeline.steps.base import Batch, TransientError
+
+
+class CancelLookup(Protocol):
+    """The cancels a worker knows (:class:`pipeline.cancel.CancelRegistry`)."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the cancel topic has been read up to where it stood at start."""
+        ...
+
+    def cancel_for(self, request: TranslationRequest) -> CancelRequest | None: ...
+
+
+class Cancel:
+    """Resolves pending requests covered by a cancel as ``cancelled`` (no compute spent).
+
+    Reads: ``request`` (id, bulk job id, ``submitted_at``). Resolves: ``cancelled``
+    results with reason ``cancelled``. Raises: :class:`TransientError` until the
+    worker has read the cancel topic up to where it stood at start (a cancel
+    published before a restart must not be missed); the runner retries.
+    """
+
+    def __init__(self, cancels: CancelLookup) -> None:
+        self._cancels = cancels
+
+    async def __call__(self, batch: Batch) -> None:
+        if not self._cancels.ready:
+            raise TransientError("the cancel topic has not been read up to its end yet")
+        for item in batch.pending():
+            if item.request is None:
+                continue
+            cancel = self._cancels.cancel_for(item.request)
+            if cancel is not None:
+                by = f" by {cancel.requested_by}" if cancel.requested_by else ""
+                batch.resolve(item, "cancelled", reason="cancelled",
+                              error=f"cancelled{by} before translation")

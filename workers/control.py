@@ -1,0 +1,159 @@
+"""The operator controls in a worker: the cancel feed, the reply-topic listing, held events.
+
+Every worker needs every cancel (a request's partition in the work topics
+has nothing to do with its cancel's partition), so the feed is a plain
+aiokafka consumer with no group, assigned all of ``translate.cancel`` from
+its start, feeding the pure :class:`~pipeline.cancel.CancelRegistry`. The
+reply-topic listing backs :class:`~pipeline.replies.ReplyTopicCheck`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from faust.types import EventT
+
+from pipeline import metrics
+from pipeline.cancel import CancelRegistry, apply_record
+from pipeline.fairness import tenant_label
+from pipeline.kafka_clients import aiokafka_options
+from pipeline.offsets import Ticket
+from pipeline.pairs import CANCEL_TOPIC
+from pipeline.quota import QuotaLimiter
+from pipeline.replies import ReplyTopicCheck
+from pipeline.settings import KafkaSettings, Settings
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 2.0
+
+
+class CancelFeed:
+    """Reads ``translate.cancel`` into ``registry`` for as long as the worker runs.
+
+    ``registry.ready`` turns true once the feed has read every partition up to
+    the end offsets it found when it started; until then the cancel step holds
+    batches back (a cancel published before a restart is not missed). A lost
+    connection is retried; the registry keeps what it has.
+    """
+
+    def __init__(self, kafka: KafkaSettings, registry: CancelRegistry) -> None:
+        self._kafka = kafka
+        self._registry = registry
+        self.unreadable = 0
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker went away: read again from the start
+                log.warning("cancel feed interrupted (%s); reconnecting in %.0fs", exc, RETRY_S)
+                await asyncio.sleep(RETRY_S)
+
+    async def _follow(self) -> None:
+        consumer = AIOKafkaConsumer(
+            **aiokafka_options(self._kafka, "cancels"),
+            group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            await consumer.topics()  # fetches metadata
+            partitions = consumer.partitions_for_topic(CANCEL_TOPIC) or set()
+            if not partitions:
+                raise RuntimeError(f"topic {CANCEL_TOPIC} does not exist")
+            tps = [TopicPartition(CANCEL_TOPIC, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            await consumer.seek_to_beginning(*tps)
+            ends = await consumer.end_offsets(tps)
+            while True:
+                batches = await consumer.getmany(timeout_ms=500)
+                for records in batches.values():
+                    for record in records:
+                        if not apply_record(self._registry, record.key, record.value):
+                            self.unreadable += 1
+                if not self._registry.ready and all(
+                    await consumer.position(tp) >= end for tp, end in ends.items()
+                ):
+                    self._registry.ready = True
+                    log.info("cancel feed caught up: %d live cancels", len(self._registry))
+                metrics.CANCELS_KNOWN.set(len(self._registry))
+        finally:
+            await consumer.stop()
+
+
+class TopicLister:
+    """Lists the cluster's topics with one long-lived aiokafka admin client."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
+        self._admin: AIOKafkaAdminClient | None = None
+
+    async def __call__(self) -> set[str]:
+        if self._admin is None:
+            admin = AIOKafkaAdminClient(**aiokafka_options(self._kafka, "reply-topics"))
+            await admin.start()
+            self._admin = admin
+        try:
+            return set(await self._admin.list_topics())
+        except Exception:
+            await self.close()  # reconnect next time
+            raise
+
+    async def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            await admin.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A fetched, admitted event waiting for its fair-share round."""
+
+    event: EventT
+    ticket: Ticket
+    tenant: str
+    chars: int
+
+
+def held_of(event: EventT, ticket: Ticket) -> Held:
+    """The event with its tenant and size (read from the request; anything unreadable
+    counts for ``default`` and is dead-lettered by the decode step when its round comes)."""
+    try:
+        document = json.loads(event.message.value or b"")
+        tenant = document.get("tenant") if isinstance(document, dict) else None
+        text = document.get("text") if isinstance(document, dict) else None
+    except ValueError:
+        tenant = text = None
+    return Held(event, ticket, tenant_label(tenant if isinstance(tenant, str) else None),
+                len(text) if isinstance(text, str) else 1)
+
+
+@dataclass
+class Controls:
+    """What the operator controls need in a worker, built from the settings."""
+
+    cancels: CancelRegistry
+    feed: CancelFeed
+    quotas: QuotaLimiter
+    reply_topics: ReplyTopicCheck
+    sample_interval_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Controls:
+        cancels = CancelRegistry(settings.limits.max_timeout_ms,
+                                 settings.worker.cancel_max_entries)
+        return cls(
+            cancels=cancels,
+            feed=CancelFeed(settings.kafka, cancels),
+            quotas=QuotaLimiter(settings.tenants, settings.redis),
+            reply_topics=ReplyTopicCheck(TopicLister(settings.kafka),
+                                         settings.replies.listing_refresh_s),
+            sample_interval_s=settings.observability.sample_interval_s,
+        )
