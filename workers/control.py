@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -78,14 +79,19 @@ class CancelFeed:
                     for record in records:
                         if not apply_record(self._registry, record.key, record.value):
                             self.unreadable += 1
-                if not self._registry.ready and all(
-                    await consumer.position(tp) >= end for tp, end in ends.items()
-                ):
+                if not self._registry.ready and await _caught_up(consumer, ends):
                     self._registry.ready = True
                     log.info("cancel feed caught up: %d live cancels", len(self._registry))
                 metrics.CANCELS_KNOWN.set(len(self._registry))
         finally:
             await consumer.stop()
+
+
+async def _caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return False
+    return True
 
 
 class TopicLister:
@@ -116,13 +122,13 @@ class TopicLister:
 class Held:
     """A fetched, admitted event waiting for its fair-share round."""
 
-    event: EventT
+    event: EventT[Any]
     ticket: Ticket
     tenant: str
     chars: int
 
 
-def held_of(event: EventT, ticket: Ticket) -> Held:
+def held_of(event: EventT[Any], ticket: Ticket) -> Held:
     """The event with its tenant and size (read from the request; anything unreadable
     counts for ``default`` and is dead-lettered by the decode step when its round comes)."""
     try:

@@ -91,9 +91,10 @@ class JobState:
     def manifest(self) -> dict[str, Any]:
         """The manifest (BulkError when the job has none)."""
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            manifest: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise BulkError(f"no bulk job {self.job_id!r} under {self.path.parent}") from None
+        return manifest
 
     def start(self, identity: dict[str, Any], **fields: Any) -> dict[str, Any]:
         """Create or reopen the job for a run; refuse a job id reused with other settings."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import get_args
+from typing import Any, get_args
 
 import click
 
@@ -33,7 +34,7 @@ def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> i
         raise click.BadParameter(str(exc)) from None
 
 
-def _filter_options(f):  # type: ignore[no-untyped-def]
+def _filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--since",
         callback=_since,
