@@ -63,13 +63,10 @@ class CancelFeed:
             **aiokafka_options(self._kafka, "cancels"),
             group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
         )
+        partitions = await self._partitions()
         await consumer.start()
         try:
-            await consumer.topics()  # fetches metadata
-            partitions = consumer.partitions_for_topic(CANCEL_TOPIC) or set()
-            if not partitions:
-                raise RuntimeError(f"topic {CANCEL_TOPIC} does not exist")
-            tps = [TopicPartition(CANCEL_TOPIC, p) for p in sorted(partitions)]
+            tps = [TopicPartition(CANCEL_TOPIC, p) for p in partitions]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
@@ -85,6 +82,18 @@ class CancelFeed:
                 metrics.CANCELS_KNOWN.set(len(self._registry))
         finally:
             await consumer.stop()
+
+
+    async def _partitions(self) -> list[int]:
+        admin = AIOKafkaAdminClient(**aiokafka_options(self._kafka, "cancels-admin"))
+        await admin.start()
+        try:
+            (topic,) = await admin.describe_topics([CANCEL_TOPIC])
+        finally:
+            await admin.close()
+        if topic.get("error_code") or not topic.get("partitions"):
+            raise RuntimeError(f"topic {CANCEL_TOPIC} is not available")
+        return sorted(p["partition"] for p in topic["partitions"])
 
 
 async def _caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
