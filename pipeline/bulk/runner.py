@@ -147,6 +147,8 @@ def run_job(
     except BulkError:
         state.update(state="stalled" if report.submitted else "failed", pid=None)
         raise
+    finally:
+        state.close()
     report.wall_s = time.monotonic() - started
     state.update(
         state="done", pid=None, segments_total=report.segments_total, last_run=report.as_dict()

@@ -84,6 +84,7 @@ class JobState:
         self.path = state_dir / job_id
         self.results_path = self.path / RESULTS
         self.manifest_path = self.path / MANIFEST
+        self._connection: sqlite3.Connection | None = None
 
     def exists(self) -> bool:
         return self.manifest_path.is_file()
@@ -163,15 +164,21 @@ class JobState:
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
-        self.path.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(self.results_path, timeout=30)
-        try:
+        """One transaction on the job's connection (opened once, on first use)."""
+        if self._connection is None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            connection = sqlite3.connect(self.results_path, timeout=30)
             connection.execute("PRAGMA journal_mode=WAL")
             connection.executescript(_SCHEMA)
-            with connection:  # one transaction: committed on success
-                yield connection
-        finally:
-            connection.close()
+            self._connection = connection
+        with self._connection:  # committed on success, rolled back on error
+            yield self._connection
+
+    def close(self) -> None:
+        """Close the results database (reopened on next use)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def append(self, records: Sequence[dict[str, Any]]) -> None:
         """Store result rows (one transaction)."""
