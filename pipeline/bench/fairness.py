@@ -19,19 +19,23 @@ from pipeline.bench.load import run_load
 from pipeline.bench.workload import make_texts
 from pipeline.client import RequestOptions, TranslationClient, build_requests
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.messages import TranslationRequest
 from pipeline.settings import Settings
 
 FLOOD_TIMEOUT_MS = 3_600_000
 
 
-def _steady(settings: Settings, n: int, rate: float, seed: int) -> dict[str, Any]:
+def steady_load(settings: Settings, n: int, rate: float, seed: int) -> dict[str, Any]:
+    """A fresh tenant's paced requests; the load summary (P50/P95/P99 latency, ...)."""
     options = RequestOptions(timeout_ms=600_000, tenant=f"steady-{uuid.uuid4().hex[:8]}")
     requests = build_requests(make_texts(n, 0.0, seed=seed), DEMO_PAIR, options)
     return run_load(settings.kafka, requests, rate=rate).summary()
 
 
-def _flood(settings: Settings, n: int, seed: int) -> threading.Thread:
-    """Submit ``n`` requests of one tenant at once, in the background."""
+def flood_load(
+    settings: Settings, n: int, seed: int
+) -> tuple[threading.Thread, list[TranslationRequest]]:
+    """Submit ``n`` requests of a fresh tenant at once, in the background."""
     options = RequestOptions(timeout_ms=FLOOD_TIMEOUT_MS, tenant=f"flood-{uuid.uuid4().hex[:8]}")
     requests = build_requests(make_texts(n, 0.0, seed=seed), DEMO_PAIR, options)
 
@@ -41,7 +45,7 @@ def _flood(settings: Settings, n: int, seed: int) -> threading.Thread:
 
     thread = threading.Thread(target=submit, daemon=True)
     thread.start()
-    return thread
+    return thread, requests
 
 
 def _drained(settings: Settings, limit_s: float) -> bool:
@@ -80,10 +84,10 @@ def _phase(
 ) -> dict[str, Any]:
     log_path = settings.stack.home / "log" / log_name
     with WorkerProcess(settings, log_path=log_path, env=env):
-        sender = _flood(settings, flood, seed) if flood else None
+        sender = flood_load(settings, flood, seed)[0] if flood else None
         if sender is not None:
             time.sleep(1.0)  # let the flood land in the partitions first
-        summary = _steady(settings, steady, rate, seed + 1)
+        summary = steady_load(settings, steady, rate, seed + 1)
         if sender is not None:
             sender.join()
             summary["flood_drained"] = _drained(settings, limit_s=1800)

@@ -1,22 +1,35 @@
 """Operator controls on the real stack with a real worker.
 
-Reply topics (a caller reads only its own results) and dead-letter replay
-(exactly the chosen letters re-published, once).
+Cancellation (no compute for cancelled requests, bulk jobs too), tenant
+quotas (rejections with retry_after_ms), fair share (a steady tenant's P99
+under a flood), reply topics (a caller reads only its own results) and
+dead-letter replay (exactly the chosen letters re-published, once).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 import threading
+import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import confluent_kafka
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from pipeline.bench.fairness import flood_load, steady_load
+from pipeline.bulk.state import JobState
 from pipeline.cli import main
-from pipeline.client import ReplyBatch, TranslationClient, build_requests
+from pipeline.client import ReplyBatch, RequestOptions, TranslationClient, build_requests
 from pipeline.kafka_clients import admin_client
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
@@ -28,9 +41,12 @@ pytestmark = pytest.mark.integration
 
 # The worker (and the replaying CLI) refuse deadlines over 15 minutes.
 MAX_TIMEOUT_MS = 900_000
+# one tenant with a quota of 200 characters per minute
+QUOTA_TENANT = f"quota-{uuid.uuid4().hex[:8]}"
 ENV = {
     "BABELSTREAM_LIMITS__MAX_TIMEOUT_MS": str(MAX_TIMEOUT_MS),
     "BABELSTREAM_BULK__TIMEOUT_MS": str(MAX_TIMEOUT_MS),
+    "BABELSTREAM_TENANTS__QUOTA_CHARS": json.dumps({QUOTA_TENANT: 200}),
 }
 
 
@@ -66,7 +82,8 @@ def test_a_reply_topic_carries_only_the_callers_results(
 
     def call(name: str, own_topic: bool) -> None:
         texts = [f"{name} sentence {i}" for i in range(40)]
-        client = TranslationClient(settings.kafka, settings.replies if own_topic else None)
+        client = TranslationClient(settings.kafka, settings.limits,
+                                   replies=settings.replies if own_topic else None)
         with client:
             outcomes[name] = client.translate(build_requests(texts, DEMO_PAIR), timeout_s=120)
 
@@ -90,7 +107,8 @@ def test_a_reply_topic_carries_only_the_callers_results(
 
 def test_a_named_reply_topic_is_kept(settings: Settings, worker: WorkerProcess) -> None:
     name = f"{settings.replies.prefix}client-{uuid.uuid4().hex[:8]}"
-    with TranslationClient(settings.kafka, settings.replies, reply_topic=name) as client:
+    with TranslationClient(settings.kafka, settings.limits, replies=settings.replies,
+                           reply_topic=name) as client:
         replies = client.translate(build_requests(["Hello world"], DEMO_PAIR), timeout_s=60)
     assert replies.all_ok and replies.ordered[0].translation == "Ĥéļļö ŵöŕļð"  # type: ignore[union-attr]
     admin = admin_client(settings.kafka)
@@ -154,9 +172,13 @@ def test_dlq_replay_republishes_exactly_the_chosen_letters_once(
     assert json.loads(again.output)["already_replayed"] == 3
 
     wanted = {f"{marker}-{i}" for i in range(3)}
-    done = results.read_until(
-        lambda rs: wanted <= {TranslationResult.from_json(r.value).request_id for r in rs}, 120
-    )
+
+    def translated(records: list[Any]) -> set[str]:
+        # (the router already answered each refused request with an error result)
+        parsed = [TranslationResult.from_json(r.value) for r in records]
+        return {r.request_id for r in parsed if r.status == "ok"}
+
+    assert wanted <= translated(results.read_until(lambda rs: wanted <= translated(rs), 120))
     replayed = [
         TranslationRequest.from_json(r.value)
         for r in requests.drain(quiet_s=3)
@@ -164,9 +186,127 @@ def test_dlq_replay_republishes_exactly_the_chosen_letters_once(
     ]
     assert sorted(r.request_id for r in replayed) == sorted(wanted), "exactly the chosen, once"
     assert {r.timeout_ms for r in replayed} == {MAX_TIMEOUT_MS}, "--fix-limits clamped them"
-    statuses = {
-        TranslationResult.from_json(r.value).status
-        for r in done
-        if TranslationResult.from_json(r.value).request_id in wanted
-    }
-    assert statuses == {"ok"}
+
+
+def worker_stats(settings: Settings) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{settings.worker.web_port}/babelstream/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.load(response)  # type: ignore[no-any-return]
+
+
+def cancels_known(settings: Settings) -> float:
+    url = f"http://127.0.0.1:{settings.observability.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    match = re.search(r"^babelstream_cancels_known (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_cancelled_requests_end_cancelled_and_cost_no_compute(
+    settings: Settings, worker: WorkerProcess
+) -> None:
+    marker = uuid.uuid4().hex[:8]
+    options = RequestOptions(tenant=f"cancel-{marker}", timeout_ms=120_000)
+    requests = build_requests([f"Cancel test {marker} sentence {i}" for i in range(20)],
+                              DEMO_PAIR, options)
+    doomed = {r.request_id for r in requests[::2]}
+    before = cancels_known(settings)
+    result = CliRunner().invoke(main, ["cancel", *sorted(doomed)])
+    assert result.exit_code == 0, result.output
+    deadline = time.monotonic() + 30
+    while cancels_known(settings) < before + len(doomed) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the worker's cancel feed has them once the gauge counts them
+    engine_before = worker_stats(settings)["engine_texts"]
+    with TranslationClient(settings.kafka, settings.limits, replies=settings.replies) as client:
+        replies = client.translate(requests, timeout_s=120)
+    assert not replies.missing
+    statuses = {rid: r.status for rid, r in replies.results.items()}
+    assert {statuses[rid] for rid in doomed} == {"cancelled"}
+    assert {s for rid, s in statuses.items() if rid not in doomed} == {"ok"}
+    assert {replies.results[rid].reason for rid in doomed} == {"cancelled"}
+    # every other text is distinct and new (fresh tenant): translated once each, no more
+    assert worker_stats(settings)["engine_texts"] - engine_before == len(requests) - len(doomed)
+
+
+def test_a_cancelled_bulk_job_stops_and_resumes_when_run_again(
+    settings: Settings, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    job = f"cancel-job-{uuid.uuid4().hex[:8]}"
+    corpus, out = tmp_path / "corpus.parquet", tmp_path / "out.parquet"
+    texts = [f"Bulk cancel {job} document {i}. It has two sentences." for i in range(600)]
+    pq.write_table(pa.table({"text": texts}), corpus)
+    state = JobState(settings.bulk.state_dir, job)
+    command = [sys.executable, "-m", "pipeline", "bulk", "run", str(corpus), "--src", "en",
+               "--tgt", "en-XA", "-o", str(out), "--job-id", job, "--max-in-flight", "200"]
+    results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and state.progress().completed < 50:
+        assert run.poll() is None, run.communicate()[1][-2000:]
+        time.sleep(0.2)
+    cancelled = CliRunner().invoke(main, ["bulk", "cancel", job])
+    assert cancelled.exit_code == 0, cancelled.output
+    cancelled_at = now_ms()
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 1 and "was cancelled" in err, err[-2000:]
+    status = CliRunner().invoke(main, ["bulk", "status", job, "--json"])
+    assert json.loads(status.output)["state"] == "cancelled"
+
+    def job_results(records: list[Any]) -> list[TranslationResult]:
+        return [TranslationResult.from_json(r.value) for r in records
+                if job.encode() in (r.value or b"")]
+
+    seen = job_results(results.drain(quiet_s=5))
+    cancelled_now = [r for r in seen if r.status == "cancelled"]
+    late_misses = [r for r in seen if r.status == "ok" and r.cache == "miss"
+                   and r.started_at is not None and r.started_at > cancelled_at + 1000]
+    assert cancelled_now, "segments still in the topic at the cancel end cancelled"
+    assert not late_misses, "no segment of the job reaches the engine after the cancel"
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=400, check=False)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert state.manifest()["state"] == "done"
+    assert set(pq.read_table(out).column("status").to_pylist()) == {"ok"}
+
+
+def test_over_quota_requests_are_rejected_with_retry_after(
+    settings: Settings, worker: WorkerProcess
+) -> None:
+    texts = [f"Quota sentence number {i:02d} of fifty chars ......" for i in range(8)]
+    assert {len(t) for t in texts} == {50}
+    options = RequestOptions(tenant=QUOTA_TENANT, timeout_ms=60_000)
+    requests = build_requests(texts, DEMO_PAIR, options)
+    engine_before = worker_stats(settings)["engine_texts"]
+    with TranslationClient(settings.kafka, settings.limits, replies=settings.replies) as client:
+        replies = client.translate(requests, timeout_s=120)
+    results = [r for r in replies.ordered if r is not None]
+    assert len(results) == 8
+    ok = [r for r in results if r.status == "ok"]
+    rejected = [r for r in results if r.status == "rejected"]
+    assert len(ok) == 4 and len(rejected) == 4, "200 characters a minute: four of fifty"
+    for result in rejected:
+        assert result.reason == "quota_exceeded"
+        assert result.retry_after_ms is not None and 0 < result.retry_after_ms <= 60_000
+        assert "quota" in (result.error or "")
+    assert worker_stats(settings)["engine_texts"] - engine_before == 4
+
+
+@pytest.mark.timeout(1200)
+def test_a_flood_does_not_push_a_steady_tenant_past_twice_its_p99(
+    settings: Settings, worker: WorkerProcess
+) -> None:
+    """The steady tenant alone, then again right after another tenant sent 4,000 at once."""
+    alone = steady_load(settings, 80, 5.0, seed=61)
+    thread, flood = flood_load(settings, 4000, seed=62)
+    time.sleep(1.0)  # let the flood land in the partitions first
+    tail = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
+    with_flood = steady_load(settings, 80, 5.0, seed=63)
+    thread.join()
+    flood_ids = {r.request_id for r in flood}
+    done_by_then = sum(TranslationResult.from_json(r.value).request_id in flood_ids
+                       for r in tail.drain(quiet_s=0.5))
+    print(f"\nsteady P99 alone {alone['p99_ms']} ms, with the flood {with_flood['p99_ms']} ms; "
+          f"flood results by the end of the steady load: {done_by_then}/{len(flood)}")
+    assert done_by_then < len(flood), "the flood was over before the steady load: no test"
+    assert alone["missing"] == with_flood["missing"] == 0
+    assert with_flood["p99_ms"] <= 2 * alone["p99_ms"]
