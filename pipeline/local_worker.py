@@ -69,6 +69,7 @@ class WorkerProcess:
             **(env or {}),
         }
         self.web_port = int(self._env["BABELSTREAM_WORKER__WEB_PORT"])
+        self.metrics_port = int(self._env["BABELSTREAM_OBSERVABILITY__METRICS_PORT"])
         self.instance_id = self._env["BABELSTREAM_WORKER__INSTANCE_ID"]
         self._proc: subprocess.Popen[bytes] | None = None
 

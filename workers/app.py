@@ -229,7 +229,7 @@ def create_app(
     producer = FaustProducer(app, w.produce_timeout_s)
     policy = RetryPolicy(w.retry_initial_s, w.retry_max_s, w.retry_budget_s)
     controls = Controls.from_settings(s)
-    replies = ReplyCopies(producer, controls.reply_topics, s.replies.copy_timeout_s)
+    replies = controls.reply_copies
 
     def source(name: str) -> faust.TopicT:
         # acks off: offsets are committed by the shell's offset book, not by Faust

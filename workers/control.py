@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import EventT
 
@@ -24,10 +26,12 @@ from pipeline.cancel import CancelRegistry, apply_record
 from pipeline.fairness import tenant_label
 from pipeline.kafka_clients import aiokafka_options
 from pipeline.offsets import Ticket
-from pipeline.pairs import CANCEL_TOPIC
+from pipeline.pairs import CANCEL_TOPIC, RESULTS_TOPIC
 from pipeline.quota import QuotaLimiter
 from pipeline.replies import ReplyTopicCheck
 from pipeline.settings import KafkaSettings, Settings
+from pipeline.steps.base import Outgoing
+from pipeline.steps.replies import ReplyCopies
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +131,49 @@ class TopicLister:
             await admin.close()
 
 
+class ReplyProducer:
+    """The producer of reply copies: its own, so its metadata can forget deleted topics.
+
+    aiokafka's client refreshes metadata for every topic it ever produced to,
+    and logs an ERROR for each one that no longer exists. Reply topics are
+    created and deleted all the time (one per ``translate`` call), so this
+    producer prunes its topic set to the reply topics that still exist, at
+    most every ``prune_s``.
+    """
+
+    def __init__(self, kafka: KafkaSettings, lister: TopicLister, prune_s: float) -> None:
+        self._kafka = kafka
+        self._lister = lister
+        self._prune_s = prune_s
+        self._producer: AIOKafkaProducer | None = None
+        self._used: set[str] = set()
+        self._pruned_at = 0.0
+
+    async def send_all(self, records: Sequence[Outgoing]) -> None:
+        if self._producer is None:
+            producer = AIOKafkaProducer(**aiokafka_options(self._kafka, "replies"), acks="all")
+            await producer.start()
+            self._producer = producer
+        futures = [
+            await self._producer.send(r.topic, r.value, key=r.key, headers=r.headers)
+            for r in records
+        ]
+        await asyncio.gather(*futures)
+        self._used.update(r.topic for r in records)
+        await self._prune()
+
+    async def _prune(self) -> None:
+        now = time.monotonic()
+        if self._producer is None or now - self._pruned_at < self._prune_s:
+            return
+        self._pruned_at = now
+        live = self._used & await self._lister()
+        if live != self._used:
+            self._used = live
+            # an empty set would mean "every topic" to the client: keep one that exists
+            self._producer.client.set_topics(live or {RESULTS_TOPIC})
+
+
 @dataclass(frozen=True, slots=True)
 class Held:
     """A fetched, admitted event waiting for its fair-share round."""
@@ -157,18 +204,23 @@ class Controls:
     cancels: CancelRegistry
     feed: CancelFeed
     quotas: QuotaLimiter
-    reply_topics: ReplyTopicCheck
+    reply_copies: ReplyCopies
     sample_interval_s: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Controls:
         cancels = CancelRegistry(settings.limits.max_timeout_ms,
                                  settings.worker.cancel_max_entries)
+        replies = settings.replies
+        lister = TopicLister(settings.kafka)
         return cls(
             cancels=cancels,
             feed=CancelFeed(settings.kafka, cancels),
             quotas=QuotaLimiter(settings.tenants, settings.redis),
-            reply_topics=ReplyTopicCheck(TopicLister(settings.kafka),
-                                         settings.replies.listing_refresh_s),
+            reply_copies=ReplyCopies(
+                ReplyProducer(settings.kafka, lister, replies.listing_refresh_s),
+                ReplyTopicCheck(lister, replies.listing_refresh_s),
+                replies.copy_timeout_s,
+            ),
             sample_interval_s=settings.observability.sample_interval_s,
         )

@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,13 +80,15 @@ def test_a_reply_topic_carries_only_the_callers_results(
     the others' results (so the counter can see them).
     """
     outcomes: dict[str, ReplyBatch] = {}
+    topics_before = reply_topics(settings)
 
     def call(name: str, own_topic: bool) -> None:
         texts = [f"{name} sentence {i}" for i in range(40)]
+        requests = build_requests(texts, DEMO_PAIR, RequestOptions(timeout_ms=120_000))
         client = TranslationClient(settings.kafka, settings.limits,
                                    replies=settings.replies if own_topic else None)
         with client:
-            outcomes[name] = client.translate(build_requests(texts, DEMO_PAIR), timeout_s=120)
+            outcomes[name] = client.translate(requests, timeout_s=120)
 
     threads = [threading.Thread(target=call, args=(f"caller{i}", i < 2)) for i in range(3)]
     for thread in threads:
@@ -93,16 +96,20 @@ def test_a_reply_topic_carries_only_the_callers_results(
     for thread in threads:
         thread.join()
     for name in ("caller0", "caller1"):
-        assert not outcomes[name].missing and outcomes[name].all_ok
+        statuses = Counter((r.status, r.error) for r in outcomes[name].results.values())
+        assert not outcomes[name].missing and outcomes[name].all_ok, statuses
         assert outcomes[name].foreign == 0
     assert outcomes["caller2"].foreign > 0, "the shared topic holds everyone's results"
 
+    assert reply_topics(settings) <= topics_before, "ephemeral reply topics are deleted"
+
+
+def reply_topics(settings: Settings) -> set[str]:
     admin = admin_client(settings.kafka)
     try:
-        leftovers = [t for t in admin.list_topics() if t.startswith(settings.replies.prefix)]
+        return {t for t in admin.list_topics() if t.startswith(settings.replies.prefix)}
     finally:
         admin.close()
-    assert not leftovers, "ephemeral reply topics are deleted after the call"
 
 
 def test_a_named_reply_topic_is_kept(settings: Settings, worker: WorkerProcess) -> None:
@@ -188,14 +195,8 @@ def test_dlq_replay_republishes_exactly_the_chosen_letters_once(
     assert {r.timeout_ms for r in replayed} == {MAX_TIMEOUT_MS}, "--fix-limits clamped them"
 
 
-def worker_stats(settings: Settings) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{settings.worker.web_port}/babelstream/stats"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.load(response)  # type: ignore[no-any-return]
-
-
-def cancels_known(settings: Settings) -> float:
-    url = f"http://127.0.0.1:{settings.observability.metrics_port}/metrics"
+def cancels_known(worker: WorkerProcess) -> float:
+    url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     match = re.search(r"^babelstream_cancels_known (\S+)$", text, re.M)
@@ -210,13 +211,13 @@ def test_cancelled_requests_end_cancelled_and_cost_no_compute(
     requests = build_requests([f"Cancel test {marker} sentence {i}" for i in range(20)],
                               DEMO_PAIR, options)
     doomed = {r.request_id for r in requests[::2]}
-    before = cancels_known(settings)
+    before = cancels_known(worker)
     result = CliRunner().invoke(main, ["cancel", *sorted(doomed)])
     assert result.exit_code == 0, result.output
     deadline = time.monotonic() + 30
-    while cancels_known(settings) < before + len(doomed) and time.monotonic() < deadline:
+    while cancels_known(worker) < before + len(doomed) and time.monotonic() < deadline:
         time.sleep(0.2)  # the worker's cancel feed has them once the gauge counts them
-    engine_before = worker_stats(settings)["engine_texts"]
+    engine_before = worker.stats()["engine_texts"]
     with TranslationClient(settings.kafka, settings.limits, replies=settings.replies) as client:
         replies = client.translate(requests, timeout_s=120)
     assert not replies.missing
@@ -225,7 +226,7 @@ def test_cancelled_requests_end_cancelled_and_cost_no_compute(
     assert {s for rid, s in statuses.items() if rid not in doomed} == {"ok"}
     assert {replies.results[rid].reason for rid in doomed} == {"cancelled"}
     # every other text is distinct and new (fresh tenant): translated once each, no more
-    assert worker_stats(settings)["engine_texts"] - engine_before == len(requests) - len(doomed)
+    assert worker.stats()["engine_texts"] - engine_before == len(requests) - len(doomed)
 
 
 def test_a_cancelled_bulk_job_stops_and_resumes_when_run_again(
@@ -276,7 +277,7 @@ def test_over_quota_requests_are_rejected_with_retry_after(
     assert {len(t) for t in texts} == {50}
     options = RequestOptions(tenant=QUOTA_TENANT, timeout_ms=60_000)
     requests = build_requests(texts, DEMO_PAIR, options)
-    engine_before = worker_stats(settings)["engine_texts"]
+    engine_before = worker.stats()["engine_texts"]
     with TranslationClient(settings.kafka, settings.limits, replies=settings.replies) as client:
         replies = client.translate(requests, timeout_s=120)
     results = [r for r in replies.ordered if r is not None]
@@ -288,7 +289,7 @@ def test_over_quota_requests_are_rejected_with_retry_after(
         assert result.reason == "quota_exceeded"
         assert result.retry_after_ms is not None and 0 < result.retry_after_ms <= 60_000
         assert "quota" in (result.error or "")
-    assert worker_stats(settings)["engine_texts"] - engine_before == 4
+    assert worker.stats()["engine_texts"] - engine_before == 4
 
 
 @pytest.mark.timeout(1200)
