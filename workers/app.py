@@ -244,10 +244,13 @@ def create_app(
             policy, name="router",
         )
 
-        async def route(stream: StreamT) -> None:
-            async for events in stream.take_events(w.max_messages, within=w.max_wait_s):
-                await shell.handle(events, runner)
-
+        # The ingress is one FIFO per pair too: a flood routed first come first served
+        # would hold back everyone else's requests before they reach the pair topic.
+        route = (
+            _fair_agent(shell, runner, None, w.max_messages, REQUESTS_TOPIC)
+            if s.tenants.fair_share
+            else _plain_agent(shell, runner, None, w.max_messages, w.max_wait_s)
+        )
         app.agent(source(REQUESTS_TOPIC), name="router", concurrency=1)(route)
 
     for entry in served:
@@ -288,27 +291,30 @@ def _add_pair_agents(
             policy, name=topic_name,
         )
         agent = (
-            _fair_translation_agent(shell, runner, window, take, topic_name)
+            _fair_agent(shell, runner, window, take, topic_name)
             if ctx.settings.tenants.fair_share
-            else _translation_agent(shell, runner, window, take, w.max_wait_s)
+            else _plain_agent(shell, runner, window, take, w.max_wait_s)
         )
         app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(agent)
 
 
-def _translation_agent(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int, wait_s: float
+def _plain_agent(
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None, take: int,
+    wait_s: float,
 ) -> Callable[[StreamT], Any]:
-    async def translate(stream: StreamT) -> None:
+    """First come, first served: each fetched micro-batch runs as it is."""
+    async def consume(stream: StreamT) -> None:
         async for events in stream.take_events(take, within=wait_s):
             await shell.handle(events, runner, window)
 
-    return translate
+    return consume
 
 
-def _fair_translation_agent(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int, topic: str
+def _fair_agent(
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None, take: int,
+    topic: str,
 ) -> Callable[[StreamT], Any]:
-    """Fetch continuously into per-tenant queues; a second task runs the engine rounds.
+    """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
     Held events are admitted (their offsets owed) but not done, so nothing past
     the oldest of them is committed; events of an assignment that was revoked
@@ -317,7 +323,7 @@ def _fair_translation_agent(
     s = shell.ctx.settings
     tenants = s.tenants
 
-    async def translate(stream: StreamT) -> None:
+    async def consume(stream: StreamT) -> None:
         rounds: FairRounds[Held] = FairRounds(
             DeficitRoundRobin(tenant_of=lambda h: h.tenant, cost_of=lambda h: h.chars,
                               weight_of=tenants.weight, quantum=tenants.quantum_chars,
@@ -325,6 +331,7 @@ def _fair_translation_agent(
             max_held=tenants.max_deferred,
         )
         server = asyncio.create_task(_serve_rounds(shell, runner, window, rounds, topic))
+        server.add_done_callback(functools.partial(_rounds_ended, shell, topic))
         try:
             async for events in stream.take_events(take, within=s.worker.max_wait_s):
                 admitted, tickets = await shell.admit(events)
@@ -334,11 +341,20 @@ def _fair_translation_agent(
         finally:
             server.cancel()
 
-    return translate
+    return consume
+
+
+def _rounds_ended(shell: WorkerShell, topic: str, task: asyncio.Task[None]) -> None:
+    """The rounds task never ends on its own: a failure there stops the worker (loudly)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("fair-share rounds of %s failed: %r; stopping the worker (nothing "
+                     "held was committed)", topic, task.exception())
+        shell.exit_code = shell.exit_code or 1
+        shell.request_stop()
 
 
 async def _serve_rounds(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow,
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None,
     rounds: FairRounds[Held], topic: str,
 ) -> None:
     seen: set[str] = set()

@@ -273,7 +273,7 @@ def test_a_cancelled_bulk_job_stops_and_resumes_when_run_again(
 def test_over_quota_requests_are_rejected_with_retry_after(
     settings: Settings, worker: WorkerProcess
 ) -> None:
-    texts = [f"Quota sentence number {i:02d} of fifty chars ......" for i in range(8)]
+    texts = [f"Quota sentence number {i:02d} of fifty chars .........." for i in range(8)]
     assert {len(t) for t in texts} == {50}
     options = RequestOptions(tenant=QUOTA_TENANT, timeout_ms=60_000)
     requests = build_requests(texts, DEMO_PAIR, options)
