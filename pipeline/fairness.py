@@ -18,6 +18,7 @@ only different tenants' requests overtake each other.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, TypeVar
@@ -35,13 +36,19 @@ def tenant_label(tenant: str | None) -> str:
 class DeficitRoundRobin(Generic[T]):
     """Held items per tenant, handed out in rounds by deficit round robin (Shreedhar-Varghese).
 
-    A round is one pass over the tenants with held items, in rotating order:
-    each visit adds ``quantum * weight`` to the tenant's deficit and takes its
-    oldest items while their cost (characters) fits in the deficit, up to
+    A pass visits the tenants with held items in rotating order: each visit
+    adds ``quantum * weight`` to the tenant's deficit and takes its oldest
+    items while their cost (characters) fits in the deficit, up to
     ``max_items`` per round. A tenant whose queue empties forgets its deficit,
-    so an idle tenant banks nothing. When a pass takes nothing (every head
-    item costs more than its tenant's deficit so far), passes repeat, so a
-    round is never empty while items are held.
+    so an idle tenant banks nothing.
+
+    While two or more tenants are *active* (sent something in the last
+    ``active_s`` seconds), a round is one pass: the engine is never
+    interrupted, so a short round is what bounds how long a steady tenant's
+    request waits behind a flooding one. A lone tenant's rounds are filled
+    up to ``max_items`` (nobody waits behind them). When a pass takes nothing
+    (every head item costs more than its tenant's deficit so far), passes
+    repeat, so a round is never empty while items are held.
     """
 
     def __init__(
@@ -52,6 +59,8 @@ class DeficitRoundRobin(Generic[T]):
         weight_of: Callable[[str], float],
         quantum: int,
         max_items: int,
+        active_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if quantum < 1 or max_items < 1:
             raise ValueError("quantum and max_items must be at least 1")
@@ -60,8 +69,11 @@ class DeficitRoundRobin(Generic[T]):
         self._weight_of = weight_of
         self._quantum = quantum
         self._max_items = max_items
+        self._active_s = active_s
+        self._clock = clock
         self._queues: dict[str, deque[T]] = {}  # insertion order = rotation order
         self._deficits: dict[str, float] = {}
+        self._last_seen: dict[str, float] = {}
         self._held = 0
 
     def offer(self, items: Iterable[T]) -> None:
@@ -74,13 +86,25 @@ class DeficitRoundRobin(Generic[T]):
                 self._deficits[tenant] = 0.0
             queue.append(item)
             self._held += 1
+            self._last_seen[tenant] = self._clock()
 
     def next_round(self) -> list[T]:
         """The items of the next engine round (empty only when nothing is held)."""
+        crowded = self.active_tenants() > 1
         chosen: list[T] = []
-        while self._held and not chosen:
+        while self._held and (
+            not chosen or (not crowded and len(chosen) < self._max_items)
+        ):
             self._pass(chosen)
         return chosen
+
+    def active_tenants(self) -> int:
+        """Tenants with held items or a request in the last ``active_s`` seconds."""
+        horizon = self._clock() - self._active_s
+        for tenant in [t for t, seen in self._last_seen.items() if seen < horizon]:
+            if tenant not in self._queues:
+                del self._last_seen[tenant]
+        return len(self._last_seen)
 
     def _pass(self, chosen: list[T]) -> None:
         for tenant in list(self._queues):

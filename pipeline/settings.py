@@ -259,11 +259,11 @@ class TenantSettings(_Section):
     fair_share: bool = True
     # characters a tenant of weight 1 may add to one engine round; smaller rounds bound how
     # long a steady tenant waits behind a flooding one, larger rounds batch more
-    quantum_chars: int = Field(512, ge=1)
+    quantum_chars: int = Field(128, ge=1)
     default_weight: float = Field(1.0, gt=0)
     weights: dict[str, Annotated[float, Field(gt=0)]] = {}
-    # fetched events a translation agent may hold back for fair share (uncommitted);
-    # a flood deeper than this is served first come first served until it drains
+    # fetched events an agent may hold back for fair share (uncommitted); with this many
+    # held, fetching pauses until rounds drain them
     max_deferred: int = Field(20_000, ge=0)
     # quotas: characters per quota window; None = unlimited
     default_quota_chars: int | None = Field(None, ge=1)
@@ -271,6 +271,9 @@ class TenantSettings(_Section):
     quota_window_s: float = Field(60.0, gt=0)
     # the sliding window moves in steps of this size (Redis hash field per step)
     quota_step_s: float = Field(1.0, gt=0)
+    # a tenant counts as active this long after its last request; while two or more are,
+    # each round is one quantum per tenant (short), else rounds fill to the batch size
+    active_s: float = Field(5.0, gt=0)
 
     @model_validator(mode="after")
     def _step_within_window(self) -> TenantSettings:

@@ -327,7 +327,7 @@ def _fair_agent(
         rounds: FairRounds[Held] = FairRounds(
             DeficitRoundRobin(tenant_of=lambda h: h.tenant, cost_of=lambda h: h.chars,
                               weight_of=tenants.weight, quantum=tenants.quantum_chars,
-                              max_items=take),
+                              max_items=take, active_s=tenants.active_s),
             max_held=tenants.max_deferred,
         )
         server = asyncio.create_task(_serve_rounds(shell, runner, window, rounds, topic))

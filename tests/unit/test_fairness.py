@@ -12,8 +12,17 @@ from pipeline.fairness import DeficitRoundRobin, FairRounds, tenant_label
 Item = tuple[str, int, int]  # (tenant, cost, sequence number)
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def drr(
-    weights: dict[str, float] | None = None, quantum: int = 10, max_items: int = 64
+    weights: dict[str, float] | None = None, quantum: int = 10, max_items: int = 64,
+    clock: Clock | None = None,
 ) -> DeficitRoundRobin[Item]:
     weights = weights or {}
     return DeficitRoundRobin(
@@ -22,7 +31,25 @@ def drr(
         weight_of=lambda tenant: weights.get(tenant, 1.0),
         quantum=quantum,
         max_items=max_items,
+        active_s=5.0,
+        clock=clock or Clock(),
     )
+
+
+def test_a_lone_tenant_fills_rounds_and_short_rounds_last_while_others_are_active() -> None:
+    clock = Clock()
+    fair = drr(quantum=10, max_items=64, clock=clock)
+    fair.offer(items("flood", 1000))
+    assert len(fair.next_round()) == 64, "nobody waits behind a lone tenant: full rounds"
+    fair.offer(items("steady", 1))
+    shares = Counter(t for t, _, _ in fair.next_round())
+    # one quantum each (plus what the flood's last full round left of its deficit)
+    assert shares["steady"] == 1 and 10 <= shares["flood"] < 20
+    clock.now += 4.9
+    assert len(fair.next_round()) == 10, "the steady tenant is still active (5 s)"
+    clock.now += 0.2
+    assert len(fair.next_round()) == 64
+    assert fair.active_tenants() == 1
 
 
 def items(tenant: str, n: int, cost: int = 1, start: int = 0) -> list[Item]:
@@ -122,8 +149,8 @@ async def _fair_rounds_scenario() -> None:
     waiting = asyncio.create_task(rounds.next_round())
     await asyncio.sleep(0)
     assert not waiting.done(), "no work held: the round waits"
-    await rounds.offer(items("a", 5))  # room for 4: this batch is taken whole
-    assert await waiting == items("a", 2)
+    await rounds.offer(items("z", 1) + items("a", 5))  # room for 4: taken whole
+    assert await waiting == [("z", 1, 0), *items("a", 2)]
     await rounds.offer(items("c", 1))  # 3 + 1 held
     blocked = asyncio.create_task(rounds.offer(items("b", 1)))
     await asyncio.sleep(0.01)
