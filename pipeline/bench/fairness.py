@@ -1,28 +1,37 @@
 """A steady tenant's latency while another tenant floods the same pair.
 
-Three phases, each on fresh texts (every request a cache miss): the steady
-tenant alone at a moderate rate; then the same steady load while a flooding
-tenant has just submitted thousands of requests at once, with fair share on;
-then the same with fair share off (first come, first served). Each phase
-starts its own worker (the setting is read at start-up) and waits until the
-flood is drained before the next.
+Three phases, each on fresh texts (every request a cache miss) and its own
+worker (fair share is read at start-up): the steady tenant alone at a
+moderate rate; the same steady load while a flooding tenant's requests,
+submitted at once, are being served first come first served; the same with
+fair share on. With fair share on, the steady load
+starts once the worker has read the flood ahead (fetched and held it):
+reading a deep backlog takes time no scheduling can win back, and how long
+it took is reported. Flood requests get a deadline, so what is left of a
+flood after its phase expires without compute.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 import uuid
+from types import TracebackType
 from typing import Any
 
 from pipeline.bench.load import run_load
 from pipeline.bench.workload import make_texts
-from pipeline.client import RequestOptions, TranslationClient, build_requests
+from pipeline.client import (
+    ReplyBatch,
+    RequestOptions,
+    ResultListener,
+    TranslationClient,
+    build_requests,
+)
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.messages import TranslationRequest
+from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import Settings
-
-FLOOD_TIMEOUT_MS = 3_600_000
 
 
 def steady_load(settings: Settings, n: int, rate: float, seed: int) -> dict[str, Any]:
@@ -32,84 +41,96 @@ def steady_load(settings: Settings, n: int, rate: float, seed: int) -> dict[str,
     return run_load(settings.kafka, requests, rate=rate).summary()
 
 
-def flood_load(
-    settings: Settings, n: int, seed: int
-) -> tuple[threading.Thread, list[TranslationRequest]]:
-    """Submit ``n`` requests of a fresh tenant at once, in the background."""
-    options = RequestOptions(timeout_ms=FLOOD_TIMEOUT_MS, tenant=f"flood-{uuid.uuid4().hex[:8]}")
-    requests = build_requests(make_texts(n, 0.0, seed=seed), DEMO_PAIR, options)
+class Flood:
+    """``n`` requests of a fresh tenant, submitted at once; counts their results as they come."""
 
-    def submit() -> None:
-        with TranslationClient(settings.kafka) as client:
-            client.submit(requests)
+    def __init__(self, settings: Settings, n: int, seed: int, timeout_ms: int) -> None:
+        self.tenant = f"flood-{uuid.uuid4().hex[:8]}"
+        options = RequestOptions(timeout_ms=timeout_ms, tenant=self.tenant)
+        self.requests = build_requests(make_texts(n, 0.0, seed=seed), DEMO_PAIR, options)
+        self._settings = settings
+        self._replies = ReplyBatch(request_ids=[r.request_id for r in self.requests])
+        self._listener = ResultListener(settings.kafka, [RESULTS_TOPIC])
 
-    thread = threading.Thread(target=submit, daemon=True)
-    thread.start()
-    return thread, requests
+    def __enter__(self) -> Flood:
+        thread = threading.Thread(target=self._submit, daemon=True)
+        thread.start()
+        thread.join()
+        return self
 
+    def _submit(self) -> None:
+        with TranslationClient(self._settings.kafka, self._settings.limits) as client:
+            client.submit(self.requests)
 
-def _drained(settings: Settings, limit_s: float) -> bool:
-    """Wait until the worker's work topics have nothing left (committed up to the end)."""
-    from kafka import KafkaAdminClient, KafkaConsumer
+    def done(self) -> int:
+        """Flood requests with a result so far."""
+        self._listener.collect(self._replies, timeout_s=0.2)
+        return len(self._replies.results)
 
-    from pipeline.kafka_clients import kafka_python_options
-
-    admin = KafkaAdminClient(**kafka_python_options(settings.kafka, "bench-lag"))
-    consumer = KafkaConsumer(**kafka_python_options(settings.kafka, "bench-lag"))
-    try:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            committed = admin.list_consumer_group_offsets("babelstream")
-            mine = {
-                tp: meta.offset for tp, meta in committed.items() if tp.topic.endswith(DEMO_PAIR.id)
-            }
-            ends = consumer.end_offsets(list(mine))
-            if all(ends[tp] <= offset for tp, offset in mine.items()):
-                return True
+    def wait_read_ahead(self, worker: WorkerProcess, limit_s: float) -> float:
+        """Seconds until the worker held (or had answered) 95% of the flood."""
+        started = time.monotonic()
+        while held_for(worker, self.tenant) + self.done() < 0.95 * len(self.requests):
+            if time.monotonic() - started > limit_s:
+                raise TimeoutError(f"the worker did not read the flood ahead in {limit_s:.0f}s")
             time.sleep(1.0)
-        return False
-    finally:
-        admin.close()
-        consumer.close()
+        return time.monotonic() - started
+
+    def finish(self, limit_s: float) -> None:
+        """Wait (at most ``limit_s``) until every flood request has its result, translated
+        or expired, so no backlog outlives the measurement."""
+        deadline = time.monotonic() + limit_s
+        while self.done() < len(self.requests) and time.monotonic() < deadline:
+            time.sleep(1.0)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._listener.__exit__(exc_type, exc, tb)
+
+
+def held_for(worker: WorkerProcess, tenant: str) -> float:
+    """Requests of ``tenant`` the worker holds for fair share (all topics), from /metrics."""
+    url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
+    prefix = f'babelstream_fair_share_held{{tenant="{tenant}",'
+    with urllib.request.urlopen(url, timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix))
 
 
 def _phase(
-    settings: Settings,
-    env: dict[str, str],
-    log_name: str,
-    flood: int,
-    steady: int,
-    rate: float,
-    seed: int,
+    settings: Settings, *, fair: bool, flood: int, steady: int, rate: float, seed: int,
+    quantum_chars: int | None, flood_timeout_ms: int,
 ) -> dict[str, Any]:
-    log_path = settings.stack.home / "log" / log_name
-    with WorkerProcess(settings, log_path=log_path, env=env):
-        sender = flood_load(settings, flood, seed)[0] if flood else None
-        if sender is not None:
-            time.sleep(1.0)  # let the flood land in the partitions first
-        summary = steady_load(settings, steady, rate, seed + 1)
-        if sender is not None:
-            sender.join()
-            summary["flood_drained"] = _drained(settings, limit_s=1800)
-    return summary
+    env = {"BABELSTREAM_TENANTS__FAIR_SHARE": "true" if fair else "false"}
+    if quantum_chars is not None:
+        env["BABELSTREAM_TENANTS__QUANTUM_CHARS"] = str(quantum_chars)
+    log_path = settings.stack.home / "log" / f"bench-fairness-{seed}.log"
+    with WorkerProcess(settings, log_path=log_path, env=env) as worker:
+        if not flood:
+            return steady_load(settings, steady, rate, seed)
+        with Flood(settings, flood, seed, flood_timeout_ms) as burst:
+            read_ahead_s = burst.wait_read_ahead(worker, limit_s=600) if fair else 0.0
+            summary = steady_load(settings, steady, rate, seed + 1)
+            summary["flood_done_by_then"] = burst.done()
+            burst.finish(limit_s=flood_timeout_ms / 1000 + 60)
+        summary["read_ahead_s"] = round(read_ahead_s, 1)
+        return summary
 
 
 def measure_fairness(
-    settings: Settings,
-    *,
-    flood: int,
-    steady: int,
-    rate: float,
-    quantum_chars: int | None = None,
+    settings: Settings, *, flood: int, steady: int, rate: float,
+    quantum_chars: int | None = None, flood_timeout_ms: int = 300_000,
 ) -> dict[str, Any]:
     """Steady-tenant P99 alone, under a flood with fair share, and under it without."""
-    fair = {"BABELSTREAM_TENANTS__FAIR_SHARE": "true"}
-    if quantum_chars is not None:
-        fair["BABELSTREAM_TENANTS__QUANTUM_CHARS"] = str(quantum_chars)
-    fifo = {"BABELSTREAM_TENANTS__FAIR_SHARE": "false"}
-    alone = _phase(settings, fair, "bench-fair-alone.log", 0, steady, rate, seed=31)
-    with_fair = _phase(settings, fair, "bench-fair-on.log", flood, steady, rate, seed=41)
-    without = _phase(settings, fifo, "bench-fair-off.log", flood, steady, rate, seed=51)
+    def phase(fair: bool, flood_n: int, seed: int) -> dict[str, Any]:
+        return _phase(settings, fair=fair, flood=flood_n, steady=steady, rate=rate, seed=seed,
+                      quantum_chars=quantum_chars, flood_timeout_ms=flood_timeout_ms)
+
+    alone = phase(True, 0, 31)
+    without = phase(False, flood, 51)
+    with_fair = phase(True, flood, 41)
 
     def ratio(loaded: dict[str, Any]) -> float:
         return round(loaded["p99_ms"] / alone["p99_ms"], 3) if alone["p99_ms"] else float("nan")
