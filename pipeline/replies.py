@@ -93,6 +93,9 @@ class ReplyTopic:
 class ReplyTopicCheck:
     """Which reply topics exist, from a topic listing at most ``refresh_s`` old.
 
+    A name the listing does not know is listed again at once: a caller creates
+    its topic just before it sends, and its first result must not be missed.
+
     A worker copies a result to its reply topic only when the topic exists:
     a client may delete its topic while results are still on their way, and
     producing to a missing topic would either auto-create it (with the
@@ -117,7 +120,8 @@ class ReplyTopicCheck:
         if not names:
             return set()
         now = self._clock()
-        if self._listed_at is None or now - self._listed_at >= self._refresh_s:
+        stale = self._listed_at is None or now - self._listed_at >= self._refresh_s
+        if stale or not names <= self._known:
             self._known = await self._list_topics()
             self._listed_at = now
         return names & self._known

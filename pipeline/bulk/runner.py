@@ -34,6 +34,7 @@ from pipeline.bulk.readers import CorpusReader
 from pipeline.bulk.requests import RequestTemplate
 from pipeline.bulk.state import JobState, result_record
 from pipeline.bulk.transport import BulkPublisher, JobResults
+from pipeline.cancel import cancels_for, publish_cancels
 from pipeline.engine.registry import Registry
 from pipeline.messages import TranslationResult, now_ms
 from pipeline.pairs import Pair, bulk_topic
@@ -44,7 +45,8 @@ from pipeline.settings import Settings
 log = logging.getLogger(__name__)
 
 NO_RESULT_HINT_S = 30.0
-CANCEL_CHECK_S = 1.0
+# how often a run looks for `bulk cancel` (a manifest read)
+CANCEL_CHECK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,7 @@ class _Pump:
                 if time.monotonic() - last_check > CANCEL_CHECK_S:
                     last_check = time.monotonic()
                     if self._state.cancel_requested():
+                        self._cancel_published()
                         raise BulkCancelled(f"job {self._spec.job_id} was cancelled")
                 exhausted = exhausted or not self._read(documents)
                 published = self._publish(sink, template)
@@ -272,6 +275,15 @@ class _Pump:
                         f"{self._spec.pair.id} running? (waiting)",
                         file=sys.stderr,
                     )
+
+    def _cancel_published(self) -> None:
+        """Cancel the job again, stamped after this run's last publish.
+
+        ``bulk cancel`` covers the segments submitted before it; segments this run
+        published until it noticed would escape it. A cancel stamped now covers them.
+        """
+        publish_cancels(self._settings,
+                        cancels_for(job_ids=[self._spec.job_id], requested_by="bulk cancel"))
 
     def _held_bytes(self) -> int:
         return sum(plan.nbytes for plan in self._window)

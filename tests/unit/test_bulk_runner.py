@@ -17,7 +17,7 @@ from pipeline.bulk.plan import plan_batch
 from pipeline.bulk.readers import CorpusReader
 from pipeline.bulk.runner import JobSpec, run_job
 from pipeline.bulk.state import JobState
-from pipeline.messages import TranslationRequest, TranslationResult
+from pipeline.messages import CancelRequest, TranslationRequest, TranslationResult
 from pipeline.pairs import Pair, bulk_topic
 from pipeline.settings import BulkSettings, Settings, load_settings
 
@@ -37,6 +37,8 @@ class FakeWorker:
         self.stop = threading.Event()
         self.topics: set[str] = set()
         self.reply_topics: set[str] = set()
+        self.cancels: list[CancelRequest] = []
+        self.requests: list[TranslationRequest] = []
         self.on_poll: list[object] = []
 
     def publisher(self, _settings: object, topic: str) -> FakeWorker:
@@ -57,6 +59,7 @@ class FakeWorker:
         for _key, value in records:
             request = TranslationRequest.from_json(value)
             assert request.reply_to == FakeReplyTopic.name
+            self.requests.append(request)
             self.queue.append(request)
             self.published.append(request.request_id)
         self.max_outstanding = max(self.max_outstanding, len(self.queue))
@@ -98,6 +101,8 @@ def worker(monkeypatch: pytest.MonkeyPatch) -> FakeWorker:
     monkeypatch.setattr(runner_mod, "BulkPublisher", fake.publisher)
     monkeypatch.setattr(runner_mod, "JobResults", fake.results)
     monkeypatch.setattr(runner_mod, "ReplyTopic", FakeReplyTopic)
+    monkeypatch.setattr(runner_mod, "publish_cancels",
+                        lambda _settings, cancels: fake.cancels.extend(cancels))
     monkeypatch.setattr(runner_mod, "model_id_for", lambda settings, pair: "fake-model")
     return fake
 
@@ -237,6 +242,10 @@ def test_cancel_stops_a_running_job(
     with pytest.raises(BulkCancelled):
         run_job(settings, spec(tmp_path), docs, progress=False)
     assert state.manifest()["state"] == "cancelled"
+    # stamped after the run's last publish, so the cancel covers everything it published
+    (final,) = worker.cancels
+    published_last = max(r.submitted_at for r in worker.requests)
+    assert final.job_id == "job-1" and final.cancelled_at >= published_last
     assert not (tmp_path / "out.parquet").exists()
     # running it again resumes the job
     worker.on_poll.clear()
