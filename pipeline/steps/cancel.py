@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Protocol
 
 from pipeline.messages import CancelRequest, TranslationRequest
 from pipeline.steps.base import Batch, TransientError
+
+READY_POLL_S = 0.05
 
 
 class CancelLookup(Protocol):
@@ -23,15 +26,21 @@ class Cancel:
     """Resolves pending requests covered by a cancel as ``cancelled`` (no compute spent).
 
     Reads: ``request`` (id, bulk job id, ``submitted_at``). Resolves: ``cancelled``
-    results with reason ``cancelled``. Raises: :class:`TransientError` until the
-    worker has read the cancel topic up to where it stood at start (a cancel
-    published before a restart must not be missed); the runner retries.
+    results with reason ``cancelled``. Waits (up to ``ready_wait_s``) until the
+    worker has read the cancel topic up to where it stood at start: a cancel
+    published before a restart must not be missed. Raises:
+    :class:`TransientError` when it is still not read by then (the runner retries).
     """
 
-    def __init__(self, cancels: CancelLookup) -> None:
+    def __init__(self, cancels: CancelLookup, ready_wait_s: float = 10.0) -> None:
         self._cancels = cancels
+        self._ready_wait_s = ready_wait_s
 
     async def __call__(self, batch: Batch) -> None:
+        waited = 0.0
+        while not self._cancels.ready and waited < self._ready_wait_s:
+            await asyncio.sleep(READY_POLL_S)  # the feed catches up within moments of start
+            waited += READY_POLL_S
         if not self._cancels.ready:
             raise TransientError("the cancel topic has not been read up to its end yet")
         for item in batch.pending():
