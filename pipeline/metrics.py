@@ -26,6 +26,8 @@ from pipeline.messages import TranslationResult
 from pipeline.steps.base import BatchStats
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+# submission-to-result latency, seconds (requests and tenants alike)
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 REQUESTS = Counter(
     "babelstream_requests",
@@ -65,7 +67,7 @@ REQUEST_LATENCY = Histogram(
     "babelstream_request_latency_seconds",
     "Submission to result latency of each request (the result's latency_ms).",
     ["pair", "status"],
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
 ENGINE_TOKENS = Counter(
@@ -126,7 +128,7 @@ TENANT_LATENCY = Histogram(
     "babelstream_tenant_latency_seconds",
     "Submission to result latency by pair and tenant.",
     ["pair", "tenant"],
-    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    buckets=LATENCY_BUCKETS,
     registry=REGISTRY,
 )
 QUOTA_CHECKS = Counter(
