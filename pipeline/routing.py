@@ -14,6 +14,7 @@ from typing import Literal
 
 from pipeline.codec import RecordRef, Rejected, decode_request
 from pipeline.digest import content_digest
+from pipeline.fidelity.keys import fidelity_variant
 from pipeline.messages import Headers, TranslationRequest, TranslationResult
 from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC, bulk_topic, pair_topic
 from pipeline.settings import LimitSettings
@@ -32,8 +33,16 @@ class Outgoing:
     headers: Headers
 
 
-def request_digest(request: TranslationRequest, model_id: str) -> str:
-    """The digest that keys pair topics, windowed dedup and the caches."""
+def request_digest(
+    request: TranslationRequest, model_id: str, glossary_version: int | None = None
+) -> str:
+    """The digest that keys pair topics, windowed dedup and the caches.
+
+    ``glossary_version`` is the version of the request's named glossary the
+    worker will apply, so a changed glossary never serves a stale entry; the
+    router, which does not read glossaries, keys by name only (identical
+    requests still meet on one partition).
+    """
     return content_digest(
         model_id=model_id,
         source_lang=request.source_lang,
@@ -41,6 +50,7 @@ def request_digest(request: TranslationRequest, model_id: str) -> str:
         text=request.text,
         tenant=request.tenant,
         domain=request.domain,
+        variant=fidelity_variant(request, glossary_version),
     )
 
 

@@ -23,7 +23,7 @@ from pipeline.demo_model import (
     MAX_OUTPUT_TOKENS,
     SPM_FILE,
 )
-from pipeline.demo_model.pseudo import to_pseudo
+from pipeline.demo_model.pseudo import from_pseudo, to_pseudo
 from pipeline.demo_model.sentences import heldout_sentences
 from pipeline.engine.registry import PairEntry
 from pipeline.engine.translator import CTranslate2Translator
@@ -98,7 +98,9 @@ def evaluate_demo(
         raise missing_extra("sacrebleu", "dev") from None
     english = heldout_sentences(size)
     pseudo = [to_pseudo(s) for s in english]
-    data = {"en_en-XA": (english, pseudo), "en-XA_en": (pseudo, english)}
+    # The map makes each direction's reference: en-XA -> en maps en-XA letters
+    # back, so an English "é" (which en -> en-XA keeps) comes back as "e".
+    data = {"en_en-XA": (english, pseudo), "en-XA_en": (pseudo, [from_pseudo(s) for s in pseudo])}
     scores: list[Score] = []
     for beam in (1, 4):
         translator = CTranslate2Translator(

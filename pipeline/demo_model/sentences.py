@@ -2,8 +2,9 @@
 
 The demo task is character-level, so the generator aims for coverage rather
 than meaning: common words, invented words, names, acronyms, numbers in many
-formats, punctuation, quotes, the odd non-Latin word or emoji, and sentence
-lengths from 1 to 45 words.
+formats, punctuation, quotes, words with Latin-1 and Latin Extended-A letters
+(which en-XA keeps as they are), typographic symbols, the odd non-Latin word
+or emoji, and sentence lengths from 1 to 45 words.
 
 Held-out words never reach training: every invented or rare word whose digest
 falls in the held-out bucket (see :func:`is_heldout`) and every word of
@@ -144,6 +145,25 @@ _NON_LATIN = (
     "¿",
     "¡",
 )
+# Letters of Latin-1 Supplement and Latin Extended-A: the demo vocabulary holds
+# each as one piece; en-XA copies them (the map knows only ASCII letters).
+LATIN_LETTERS: str = "".join(
+    chr(c)
+    for c in (*range(0xC0, 0x100), *range(0x100, 0x180))
+    if chr(c).isalpha() and c not in (0xD7, 0xF7)
+) + "ªºµ"
+# Printable Latin-1 symbols and common typographic punctuation, one piece each.
+EXTRA_SYMBOLS: str = (
+    "".join(chr(c) for c in range(0xA1, 0xC0) if c not in (0xAA, 0xAD, 0xB5, 0xBA))
+    + "×÷–—‘’‚“”„†‡•…‰‹›€™→"
+)
+_ACCENTED_TEXT = """
+café naïve résumé façade jalapeño crème brûlée São Zürich Ångström Øresund Straße Müller
+Łódź Kraków Gdańsk Dvořák Škoda Čapek Ōsaka Māori Ærø Þórr İstanbul œuvre señor mañana
+Málaga Göteborg Tromsø Ñuñoa Bogotá Curaçao Besançon Reykjavík Ľubomír Žižkov Ćevapi Đakovo
+Şişli Ğ Ľ Ŀ ĳssel Ŧ ŉ ſ ĸ déjà vu über fiancée piñata smörgåsbord
+"""
+ACCENTED_WORDS: tuple[str, ...] = tuple(_ACCENTED_TEXT.split())
 _PUNCT_AFTER = (",", ",", ",", ";", ":", "", "...")
 _SENTENCE_END = (".", ".", ".", "!", "?", "", "?!", "...")
 
@@ -200,6 +220,10 @@ class SentenceGenerator:
         r = rng.random()
         if self._heldout and r < 0.5:
             return self._heldout_word()
+        if rng.random() < 0.08:
+            return self._fresh(self._accented)
+        if rng.random() < 0.015:
+            return rng.choice(EXTRA_SYMBOLS)
         if r < 0.45:
             return rng.choice(self._common)
         if r < 0.60:
@@ -251,6 +275,16 @@ class SentenceGenerator:
             w = make()
             if self._heldout or not is_heldout(w):
                 return w
+
+    def _accented(self) -> str:
+        """A word with Latin-1 / Latin Extended-A letters: a real one or an invented one."""
+        rng = self._rng
+        if rng.random() < 0.3:
+            return rng.choice(ACCENTED_WORDS)
+        word = "".join(
+            rng.choice(LATIN_LETTERS) if rng.random() < 0.35 else ch for ch in self._invented()
+        )
+        return word.capitalize() if rng.random() < 0.3 else word
 
     def _invented(self) -> str:
         rng = self._rng

@@ -1,0 +1,104 @@
+"""Putting placeholder tokens back by attention when a model dropped them.
+
+The run is translated again *without* its tokens, with the model's
+attention (CTranslate2 ``return_attention``). Each token is anchored to the
+source word it touches (the word after an opening tag or a standalone
+placeholder, the word before a closing tag); the target word that attends
+most to that source word, summed over their tokens, receives the token
+(before it, or after it for a closing tag).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.fidelity.document import Run
+from pipeline.fidelity.tokens import TOKEN_RE, token
+
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True, slots=True)
+class Stripped:
+    """A run's engine text without tokens, and where each token stood in it."""
+
+    text: str
+    # (token index, offset in ``text``, True when it closes an element)
+    marks: tuple[tuple[int, int, bool], ...]
+
+
+def strip_tokens(run: Run, engine_text: str) -> Stripped:
+    """``engine_text`` (a form of ``run``) with its tokens taken out.
+
+    A token between two spaces takes one of them along, so ``a ⟦0⟧ b``
+    becomes ``a b`` rather than ``a  b``.
+    """
+    spans = run.spans()
+    out: list[str] = []
+    marks: list[tuple[int, int, bool]] = []
+    last = 0
+    length = 0
+    for m in TOKEN_RE.finditer(engine_text):
+        chunk = engine_text[last : m.start()]
+        if chunk.endswith(" ") and engine_text[m.end() : m.end() + 1] == " ":
+            chunk = chunk[:-1]
+        out.append(chunk)
+        length += len(chunk)
+        index = int(m.group(1))
+        marks.append((index, length, spans[index].kind == "close"))
+        last = m.end()
+    out.append(engine_text[last:])
+    return Stripped("".join(out), tuple(marks))
+
+
+def _word_at(words: list[tuple[int, int]], offset: int, closing: bool) -> int | None:
+    """Index of the word a token at ``offset`` belongs to."""
+    if not words:
+        return None
+    if closing:
+        before = [i for i, (_, end) in enumerate(words) if end <= offset]
+        return before[-1] if before else 0
+    after = [i for i, (start, _) in enumerate(words) if start >= offset]
+    return after[0] if after else len(words) - 1
+
+
+def _tokens_in(spans: Sequence[tuple[int, int]], word: tuple[int, int]) -> list[int]:
+    return [i for i, (a, b) in enumerate(spans) if a < word[1] and b > word[0]]
+
+
+def reinsert(
+    stripped: Stripped,
+    target: str,
+    source_spans: Sequence[tuple[int, int]],
+    target_spans: Sequence[tuple[int, int]],
+    attention: Sequence[Sequence[float]],
+) -> str:
+    """``target`` with every token of ``stripped.marks`` put back by attention."""
+    src_words = [m.span() for m in _WORD.finditer(stripped.text)]
+    tgt_words = [m.span() for m in _WORD.finditer(target)]
+    inserts: list[tuple[int, int, str]] = []
+    for order, (index, offset, closing) in enumerate(stripped.marks):
+        word = _word_at(src_words, offset, closing)
+        if word is None or not tgt_words:
+            position = len(target) if closing else 0
+        else:
+            src_tokens = _tokens_in(source_spans, src_words[word])
+            best, best_score = 0, -1.0
+            for w, tgt_word in enumerate(tgt_words):
+                rows = _tokens_in(target_spans, tgt_word)
+                score = sum(attention[i][j] for i in rows for j in src_tokens) / max(1, len(rows))
+                if score > best_score:
+                    best, best_score = w, score
+            start, end = tgt_words[best]
+            position = end if closing else start
+        inserts.append((position, order, token(index)))
+    out: list[str] = []
+    last = 0
+    for position, _, tok in sorted(inserts):
+        out.append(target[last:position])
+        out.append(tok)
+        last = position
+    out.append(target[last:])
+    return "".join(out)
