@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     parser.add_argument("--warmup", type=int, default=200, help="warm-up steps")
     parser.add_argument("--checkpoint-every", type=int, default=250)
+    parser.add_argument("--max-words", type=int, default=45, help="longest training sentence")
     parser.add_argument(
         "--init-from",
         type=Path,
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 lr=args.lr,
                 warmup=args.warmup,
                 checkpoint_every=args.checkpoint_every,
+                max_words=args.max_words,
             )
             hf = tr.train(work, cfg, resume=not args.fresh, init_from=args.init_from)
             print(f"trained: {hf}", flush=True)

@@ -147,11 +147,14 @@ _NON_LATIN = (
 )
 # Letters of Latin-1 Supplement and Latin Extended-A: the demo vocabulary holds
 # each as one piece; en-XA copies them (the map knows only ASCII letters).
-LATIN_LETTERS: str = "".join(
-    chr(c)
-    for c in (*range(0xC0, 0x100), *range(0x100, 0x180))
-    if chr(c).isalpha() and c not in (0xD7, 0xF7)
-) + "ªºµ"
+LATIN_LETTERS: str = (
+    "".join(
+        chr(c)
+        for c in (*range(0xC0, 0x100), *range(0x100, 0x180))
+        if chr(c).isalpha() and c not in (0xD7, 0xF7)
+    )
+    + "ªºµ"
+)
 # Printable Latin-1 symbols and common typographic punctuation, one piece each.
 EXTRA_SYMBOLS: str = (
     "".join(chr(c) for c in range(0xA1, 0xC0) if c not in (0xAA, 0xAD, 0xB5, 0xBA))

@@ -46,6 +46,7 @@ class TrainConfig:
     seed: int = 1234
     threads: int = 2
     checkpoint_every: int = 250
+    max_words: int = 45
 
 
 def train_tokenizer(work_dir: Path) -> Path:
@@ -111,7 +112,7 @@ class _Batches:
         self._cfg = cfg
         # a resumed run continues with sentences it has not seen yet
         self._rng = random.Random(cfg.seed + start)
-        self._gen = SentenceGenerator(cfg.seed + start)
+        self._gen = SentenceGenerator(cfg.seed + start, max_words=cfg.max_words)
         self._queue: list[list[tuple[list[int], list[int]]]] = []
 
     def _example(self) -> tuple[list[int], list[int]]:

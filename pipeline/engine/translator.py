@@ -320,9 +320,7 @@ class CTranslate2Translator(Translator):
             for _, _, _, proto in jobs
         ]
         prefix = list(entry.target_prefix)
-        results = (
-            self._call_model(loaded, sources, return_attention=True) if sources else []
-        )
+        results = self._call_model(loaded, sources, return_attention=True) if sources else []
         parts: list[list[str]] = [[] for _ in texts]
         spans: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = [([], []) for _ in texts]
         blocks: list[list[tuple[int, int, list[list[float]]]]] = [[] for _ in texts]

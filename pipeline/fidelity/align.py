@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pipeline.fidelity.document import Run
 from pipeline.fidelity.tokens import TOKEN_RE, token
 
-_WORD = re.compile(r"\S+")
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,8 +25,8 @@ class Stripped:
     """A run's engine text without tokens, and where each token stood in it."""
 
     text: str
-    # (token index, offset in ``text``, True when it closes an element)
-    marks: tuple[tuple[int, int, bool], ...]
+    # (token index, offset in ``text``, closes an element, stood between two spaces)
+    marks: tuple[tuple[int, int, bool, bool], ...]
 
 
 def strip_tokens(run: Run, engine_text: str) -> Stripped:
@@ -37,17 +37,18 @@ def strip_tokens(run: Run, engine_text: str) -> Stripped:
     """
     spans = run.spans()
     out: list[str] = []
-    marks: list[tuple[int, int, bool]] = []
+    marks: list[tuple[int, int, bool, bool]] = []
     last = 0
     length = 0
     for m in TOKEN_RE.finditer(engine_text):
         chunk = engine_text[last : m.start()]
-        if chunk.endswith(" ") and engine_text[m.end() : m.end() + 1] == " ":
+        spaced = chunk.endswith(" ") and engine_text[m.end() : m.end() + 1] == " "
+        if spaced:
             chunk = chunk[:-1]
         out.append(chunk)
         length += len(chunk)
         index = int(m.group(1))
-        marks.append((index, length, spans[index].kind == "close"))
+        marks.append((index, length, spans[index].kind == "close", spaced))
         last = m.end()
     out.append(engine_text[last:])
     return Stripped("".join(out), tuple(marks))
@@ -79,7 +80,7 @@ def reinsert(
     src_words = [m.span() for m in _WORD.finditer(stripped.text)]
     tgt_words = [m.span() for m in _WORD.finditer(target)]
     inserts: list[tuple[int, int, str]] = []
-    for order, (index, offset, closing) in enumerate(stripped.marks):
+    for order, (index, offset, closing, spaced) in enumerate(stripped.marks):
         word = _word_at(src_words, offset, closing)
         if word is None or not tgt_words:
             position = len(target) if closing else 0
@@ -93,7 +94,10 @@ def reinsert(
                     best, best_score = w, score
             start, end = tgt_words[best]
             position = end if closing else start
-        inserts.append((position, order, token(index)))
+        text = token(index)
+        if spaced:  # give back the space the token took along when it was stripped
+            text = " " + text if closing else text + " "
+        inserts.append((position, order, text))
     out: list[str] = []
     last = 0
     for position, _, tok in sorted(inserts):

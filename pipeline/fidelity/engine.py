@@ -24,9 +24,14 @@ from pipeline.pairs import Pair
 
 @runtime_checkable
 class AligningTranslator(Protocol):
-    """A translator that can return attention and name the characters it does not know."""
+    """A translator that can return attention with its translations."""
 
     def translate_aligned(self, texts: Sequence[str], pair: Pair) -> list[AlignedTranslation]: ...
+
+
+@runtime_checkable
+class VocabularyAware(Protocol):
+    """A translator that can name the characters its model knows only as bytes."""
 
     def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]: ...
 
@@ -34,7 +39,9 @@ class AligningTranslator(Protocol):
 class TranslatorEngine:
     """The engine one pair's restorations use: a :class:`Translator` and that pair."""
 
-    def __init__(self, translator: Translator, pair: Pair, executor: Executor | None = None) -> None:
+    def __init__(
+        self, translator: Translator, pair: Pair, executor: Executor | None = None
+    ) -> None:
         self.translator = translator
         self.pair = pair
         self.executor = executor
@@ -45,7 +52,7 @@ class TranslatorEngine:
 
     def unknown_characters(self, text: str) -> frozenset[str]:
         """What the model's tokenizer knows only as bytes (nothing, for other translators)."""
-        if isinstance(self.translator, AligningTranslator):
+        if isinstance(self.translator, VocabularyAware):
             return self.translator.unknown_characters(text, self.pair)
         return frozenset()
 
@@ -62,7 +69,9 @@ class TranslatorEngine:
         if aligned:
             assert isinstance(self.translator, AligningTranslator)
             call = functools.partial(self.translator.translate_aligned, aligned, self.pair)
-            aligned_out = list(await asyncio.get_running_loop().run_in_executor(self.executor, call))
+            aligned_out = list(
+                await asyncio.get_running_loop().run_in_executor(self.executor, call)
+            )
         plain_it, aligned_it = iter(plain_out), iter(aligned_out)
         return [next(aligned_it) if c.aligned else next(plain_it) for c in calls]
 

@@ -89,7 +89,12 @@ class Glossary:
             surface = m.group(0)
             term = self._by_key.get(surface) or self._by_key[surface.lower()]
             found.append(
-                TermMatch(m.start(), m.end(), _replacement(term, surface), TermHit(term.source, term.target))
+                TermMatch(
+                    m.start(),
+                    m.end(),
+                    _replacement(term, surface),
+                    TermHit(term.source, term.target),
+                )
             )
         return found
 

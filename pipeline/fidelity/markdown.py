@@ -75,7 +75,9 @@ class _Builder:
 
     def line(self, index: int) -> tuple[int, str]:
         start = self.line_starts[index]
-        end = self.line_starts[index + 1] - 1 if index + 1 < len(self.line_starts) else len(self.text)
+        end = (
+            self.line_starts[index + 1] - 1 if index + 1 < len(self.line_starts) else len(self.text)
+        )
         return start, self.text[start:end]
 
     def build(self) -> Doc:

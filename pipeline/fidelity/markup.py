@@ -32,11 +32,18 @@ from pipeline.fidelity.document import Doc, Literal, Run, Span, SpanKind, litera
 MarkupFormat = TypingLiteral["html", "xml"]
 
 INLINE_HTML = frozenset(
-    "a abbr acronym b bdi bdo big br cite code data del dfn em font i img input ins kbd label "
-    "mark q rp rt ruby s samp small span strike strong sub sup time tt u var wbr".split()
+    {
+        *("a", "abbr", "acronym", "b", "bdi", "bdo", "big", "br", "cite", "code", "data"),
+        *("del", "dfn", "em", "font", "i", "img", "input", "ins", "kbd", "label", "mark"),
+        *("q", "rp", "rt", "ruby", "s", "samp", "small", "span", "strike", "strong", "sub"),
+        *("sup", "time", "tt", "u", "var", "wbr"),
+    }
 )
 VOID_HTML = frozenset(
-    "area base br col embed hr img input link meta param source track wbr".split()
+    {
+        *("area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta"),
+        *("param", "source", "track", "wbr"),
+    }
 )
 NEVER_TRANSLATED = frozenset({"script", "style", "code", "pre"})
 DEFAULT_ATTRIBUTES = ("alt", "title", "placeholder", "aria-label")
@@ -49,8 +56,14 @@ class BadMarkup(ValueError):
 # -- strict checks ---------------------------------------------------------------------------
 
 # html5lib reports these for valid fragments and documents; they are not structure errors.
-_HTML_TOLERATED = frozenset({"expected-doctype-but-got-start-tag", "expected-doctype-but-got-chars",
-                             "expected-doctype-but-got-eof", "unknown-doctype"})
+_HTML_TOLERATED = frozenset(
+    {
+        "expected-doctype-but-got-start-tag",
+        "expected-doctype-but-got-chars",
+        "expected-doctype-but-got-eof",
+        "unknown-doctype",
+    }
+)
 
 
 def check_html(text: str) -> None:
@@ -134,7 +147,9 @@ class _Tokenizer(HTMLParser):
         if self.events:
             self.events[-1].end = len(text)
 
-    def _add(self, kind: EventKind, tag: str = "", attrs: list[tuple[str, str | None]] | None = None) -> None:
+    def _add(
+        self, kind: EventKind, tag: str = "", attrs: list[tuple[str, str | None]] | None = None
+    ) -> None:
         line, col = self.getpos()
         start = self._line_starts[line - 1] + col
         if self.events and self.events[-1].start == start:
@@ -179,14 +194,14 @@ def tokenize(text: str) -> list[Event]:
 
 def tag_multiset(text: str) -> Counter[tuple[str, str]]:
     """(kind, name) of every tag in ``text``: the same for a source and its translation."""
-    return Counter((e.kind, e.tag) for e in tokenize(text) if e.kind in ("start", "startend", "end"))
+    return Counter(
+        (e.kind, e.tag) for e in tokenize(text) if e.kind in ("start", "startend", "end")
+    )
 
 
 # -- attributes -------------------------------------------------------------------------------
 
-_ATTR = re.compile(
-    r"""(?P<name>[^\s/>"'=]+)(?:\s*=\s*(?P<value>"[^"]*"|'[^']*'|[^\s"'=<>`]+))?"""
-)
+_ATTR = re.compile(r"""(?P<name>[^\s/>"'=]+)(?:\s*=\s*(?P<value>"[^"]*"|'[^']*'|[^\s"'=<>`]+))?""")
 _REF = re.compile(r"&(?:#[0-9]+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);?")
 _AMBIGUOUS_AMP = re.compile(r"&(?=[A-Za-z0-9#])")
 

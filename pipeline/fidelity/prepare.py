@@ -93,14 +93,18 @@ def protect(doc: Doc, finder: PlaceholderFinder, glossary: Glossary | None) -> D
         parts: list[str | Span] = []
         for part in node.parts:
             if isinstance(part, Span):
-                parts.append(Span(protect(part.content, finder, glossary), part.kind, part.group, part.hit))
+                parts.append(
+                    Span(protect(part.content, finder, glossary), part.kind, part.group, part.hit)
+                )
             else:
                 parts.extend(protect_text(part, finder, glossary))
         out.append(Run(tuple(parts), node.escape))
     return tuple(out)
 
 
-def protect_text(text: str, finder: PlaceholderFinder, glossary: Glossary | None) -> list[str | Span]:
+def protect_text(
+    text: str, finder: PlaceholderFinder, glossary: Glossary | None
+) -> list[str | Span]:
     """One text part split into text and protected spans (placeholders, then terms)."""
     text = unicodedata.normalize("NFC", text)
     parts: list[str | Span] = []

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import groupby
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Literal as TypingLiteral
 from typing import Protocol
 
