@@ -35,7 +35,7 @@ _text_format_option = click.option(
     help="How documents are parsed: markup (html, xml, markdown) is kept and its text "
          "translated; markup documents travel whole, one request each.")
 _glossary_option = click.option(
-    "--glossary", default=None, help="A glossary of the tenant for this pair (babelstream glossary).")
+    "--glossary", default=None, help="A glossary of the tenant for this pair (see glossary put).")
 
 
 @bulk.command()

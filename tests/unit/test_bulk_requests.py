@@ -16,8 +16,8 @@ from pipeline.bulk.requests import (
 )
 from pipeline.digest import content_digest
 from pipeline.messages import TranslationRequest
-from pipeline.routing import request_digest
 from pipeline.pairs import Pair
+from pipeline.routing import request_digest
 
 PAIR = Pair("en", "en-XA")
 
