@@ -59,7 +59,7 @@ def test_bad_files_give_one_line_errors(tenant, tmp_path):
 def test_changes_are_announced_and_a_worker_copy_follows_within_seconds(tenant):
     settings = load_settings()
     store = GlossaryStore(settings.redis)
-    pubsub = store._client.pubsub()  # noqa: SLF001 - the channel is the contract under test
+    pubsub = store._client.pubsub()
     pubsub.subscribe(store.channel)
     pubsub.get_message(timeout=1)  # subscribe confirmation
     from pipeline.fidelity.glossary import Term
