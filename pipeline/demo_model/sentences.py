@@ -19,6 +19,8 @@ import random
 import string
 from collections.abc import Iterator
 
+from pipeline.fidelity.tokens import token
+
 _COMMON_TEXT = """
 the of and to a in is it you that he was for on are with as I his they be at one have this
 from or had by hot word but what some we can out other were all there when up use your how
@@ -318,7 +320,39 @@ class SentenceGenerator:
         return f"{rng.randint(1, 99)}{rng.choice(('th', 'st', 'nd', 'rd', 'x', 'km', 'kg'))}"
 
 
+def with_placeholders(sentence: str, rng: random.Random) -> str:
+    """``sentence`` with placeholder tokens wrapped around words or standing alone.
+
+    Teaches the model to copy ``⟦n⟧`` through in place, as the fidelity layer
+    sends inline tags and protected spans.
+    """
+    words = sentence.split(" ")
+    index = rng.randint(0, 8)
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(words))
+        kind = rng.random()
+        if kind < 0.5:  # an inline element around one to three words
+            j = min(len(words), i + rng.randint(1, 3)) - 1
+            words[i] = token(index) + words[i]
+            words[j] = words[j] + token(index + 1)
+            index += 2
+        elif kind < 0.8:  # a standalone placeholder between words
+            words.insert(i, token(index))
+            index += 1
+        else:  # glued to a word, as in "⟦3⟧%" or "(⟦3⟧)"
+            words[i] = words[i] + token(index) if rng.random() < 0.5 else token(index) + words[i]
+            index += 1
+    return " ".join(words)
+
+
 def heldout_sentences(n: int = 500, seed: int = 20240601) -> list[str]:
     """The fixed evaluation set: ``n`` held-out sentences of 3-40 words."""
     gen = SentenceGenerator(seed, heldout=True, min_words=3, max_words=40)
     return [gen.sentence() for _ in range(n)]
+
+
+def heldout_with_placeholders(n: int = 200, seed: int = 20240602) -> list[str]:
+    """Held-out sentences with placeholder tokens, for the copy-through check."""
+    rng = random.Random(seed)
+    gen = SentenceGenerator(seed, heldout=True, min_words=3, max_words=30)
+    return [with_placeholders(gen.sentence(), rng) for _ in range(n)]

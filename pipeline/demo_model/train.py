@@ -24,8 +24,13 @@ from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
 from pipeline.demo_model import LANG_TOKENS, SPM_FILE
 from pipeline.demo_model.pseudo import char_map, from_pseudo, to_pseudo
-from pipeline.demo_model.sentences import EXTRA_SYMBOLS, LATIN_LETTERS, SentenceGenerator
-from pipeline.fidelity.tokens import CLOSE, OPEN, token
+from pipeline.demo_model.sentences import (
+    EXTRA_SYMBOLS,
+    LATIN_LETTERS,
+    SentenceGenerator,
+    with_placeholders,
+)
+from pipeline.fidelity.tokens import CLOSE, OPEN
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
 
@@ -152,31 +157,6 @@ class _Batches:
             src[i, : len(s)] = torch.tensor(s)
             labels[i, : len(t)] = torch.tensor(t)
         return src, (src != pad).long(), labels
-
-
-def with_placeholders(sentence: str, rng: random.Random) -> str:
-    """``sentence`` with placeholder tokens wrapped around words or standing alone.
-
-    Teaches the model to copy ``⟦n⟧`` through in place, as the fidelity layer
-    sends inline tags and protected spans.
-    """
-    words = sentence.split(" ")
-    index = rng.randint(0, 8)
-    for _ in range(rng.randint(1, 3)):
-        i = rng.randrange(len(words))
-        kind = rng.random()
-        if kind < 0.5:  # an inline element around one to three words
-            j = min(len(words), i + rng.randint(1, 3)) - 1
-            words[i] = token(index) + words[i]
-            words[j] = words[j] + token(index + 1)
-            index += 2
-        elif kind < 0.8:  # a standalone placeholder between words
-            words.insert(i, token(index))
-            index += 1
-        else:  # glued to a word, as in "⟦3⟧%" or "(⟦3⟧)"
-            words[i] = words[i] + token(index) if rng.random() < 0.5 else token(index) + words[i]
-            index += 1
-    return " ".join(words)
 
 
 def _random_script(rng: random.Random) -> str:
