@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 import redis
@@ -12,6 +14,8 @@ from pipeline.errors import ContractError
 from pipeline.fidelity.store import GlossaryError, GlossaryStore, StoredGlossary, read_terms
 from pipeline.pairs import Pair
 from pipeline.settings import Settings
+
+T = TypeVar("T")
 
 
 def _store(settings: Settings) -> GlossaryStore:
@@ -36,7 +40,7 @@ def _summary(stored: StoredGlossary) -> dict[str, object]:
     }
 
 
-def _run(action):  # type: ignore[no-untyped-def]
+def _run(action: Callable[[], T]) -> T:
     """Run ``action``, turning store and Redis errors into one-line CLI errors."""
     try:
         return action()

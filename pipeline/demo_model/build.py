@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=250)
     parser.add_argument("--max-words", type=int, default=45, help="longest training sentence")
     parser.add_argument(
+        "--accented-share", type=float, default=0.08, help="share of words with accented letters"
+    )
+    parser.add_argument(
         "--init-from",
         type=Path,
         default=None,
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 warmup=args.warmup,
                 checkpoint_every=args.checkpoint_every,
                 max_words=args.max_words,
+                accented_share=args.accented_share,
             )
             hf = tr.train(work, cfg, resume=not args.fresh, init_from=args.init_from)
             print(f"trained: {hf}", flush=True)

@@ -191,9 +191,16 @@ class SentenceGenerator:
     """
 
     def __init__(
-        self, seed: int, *, heldout: bool = False, min_words: int = 1, max_words: int = 45
+        self,
+        seed: int,
+        *,
+        heldout: bool = False,
+        min_words: int = 1,
+        max_words: int = 45,
+        accented_share: float = 0.08,
     ) -> None:
         self._rng = random.Random(seed)
+        self._accented_share = accented_share
         self._heldout = heldout
         self._min_words = min_words
         self._max_words = max_words
@@ -225,7 +232,7 @@ class SentenceGenerator:
         r = rng.random()
         if self._heldout and r < 0.5:
             return self._heldout_word()
-        if rng.random() < 0.08:
+        if rng.random() < self._accented_share:
             return self._fresh(self._accented)
         if rng.random() < 0.015:
             return rng.choice(EXTRA_SYMBOLS)

@@ -52,6 +52,8 @@ class TrainConfig:
     threads: int = 2
     checkpoint_every: int = 250
     max_words: int = 45
+    # share of words with Latin-1 / Latin Extended-A letters (more when fine-tuning for them)
+    accented_share: float = 0.08
 
 
 def train_tokenizer(work_dir: Path) -> Path:
@@ -117,7 +119,9 @@ class _Batches:
         self._cfg = cfg
         # a resumed run continues with sentences it has not seen yet
         self._rng = random.Random(cfg.seed + start)
-        self._gen = SentenceGenerator(cfg.seed + start, max_words=cfg.max_words)
+        self._gen = SentenceGenerator(
+            cfg.seed + start, max_words=cfg.max_words, accented_share=cfg.accented_share
+        )
         self._queue: list[list[tuple[list[int], list[int]]]] = []
 
     def _example(self) -> tuple[list[int], list[int]]:

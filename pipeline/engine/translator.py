@@ -120,6 +120,19 @@ def resolve_compute_type(compute_type: str, device: str) -> str:
     return compute_type
 
 
+class _Piece(Protocol):
+    piece: str
+    begin: int  # byte offsets into the text
+    end: int
+
+
+class _PieceText(Protocol):
+    """SentencePiece's ``out_type="proto"`` result: the text and its pieces with offsets."""
+
+    text: str
+    pieces: Sequence[_Piece]
+
+
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     entry: PairEntry
@@ -307,7 +320,7 @@ class CTranslate2Translator(Translator):
         loaded = self._loaded(pair)
         entry = loaded.entry
         count = functools.partial(self._core_tokens, loaded)
-        jobs: list[tuple[int, int, Piece, sentencepiece.SentencePieceText]] = []
+        jobs: list[tuple[int, int, Piece, _PieceText]] = []
         for t, text in enumerate(texts):
             offset = 0
             for piece in split_text(text, count, entry.max_input_tokens):
@@ -422,7 +435,7 @@ class CTranslate2Translator(Translator):
 
 
 def _char_spans(
-    text: str, proto: sentencepiece.SentencePieceText, offset: int
+    text: str, proto: _PieceText, offset: int
 ) -> list[tuple[int, int]]:
     """Character ranges (shifted by ``offset``) of a SentencePiece proto's byte ranges."""
     char_at = [0]

@@ -4,8 +4,9 @@ The run is translated again *without* its tokens, with the model's
 attention (CTranslate2 ``return_attention``). Each token is anchored to the
 source word it touches (the word after an opening tag or a standalone
 placeholder, the word before a closing tag); the target word that attends
-most to that source word, summed over their tokens, receives the token
-(before it, or after it for a closing tag).
+most to that source word, summed over their tokens (with a small preference
+for the same relative position in the sentence), receives the token (before
+it, or after it for a closing tag).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from pipeline.fidelity.document import Run
 from pipeline.fidelity.tokens import TOKEN_RE, token
 
 _WORD = re.compile(r"\w+")
+# Attention from a small model's chosen layer is noisy: between target words the
+# model attends to about equally, prefer the one at about the same relative position.
+POSITION_WEIGHT = 0.6
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,10 @@ def _word_at(words: list[tuple[int, int]], offset: int, closing: bool) -> int | 
     return after[0] if after else len(words) - 1
 
 
+def _relative(index: int, count: int) -> float:
+    return index / (count - 1) if count > 1 else 0.0
+
+
 def _tokens_in(spans: Sequence[tuple[int, int]], word: tuple[int, int]) -> list[int]:
     return [i for i, (a, b) in enumerate(spans) if a < word[1] and b > word[0]]
 
@@ -86,12 +94,19 @@ def reinsert(
             position = len(target) if closing else 0
         else:
             src_tokens = _tokens_in(source_spans, src_words[word])
-            best, best_score = 0, -1.0
-            for w, tgt_word in enumerate(tgt_words):
+            scores = []
+            for tgt_word in tgt_words:
                 rows = _tokens_in(target_spans, tgt_word)
-                score = sum(attention[i][j] for i in rows for j in src_tokens) / max(1, len(rows))
-                if score > best_score:
-                    best, best_score = w, score
+                scores.append(
+                    sum(attention[i][j] for i in rows for j in src_tokens) / max(1, len(rows))
+                )
+            top = max(scores) or 1.0
+            where = _relative(word, len(src_words))
+            best = max(
+                range(len(tgt_words)),
+                key=lambda w: scores[w] / top
+                + POSITION_WEIGHT * (1 - abs(_relative(w, len(tgt_words)) - where)),
+            )
             start, end = tgt_words[best]
             position = end if closing else start
         text = token(index)

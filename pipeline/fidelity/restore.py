@@ -41,6 +41,7 @@ from pipeline.fidelity.tokens import token
 Verdict = TypingLiteral["exact", "aligned", "fallback"]
 _RANK: dict[Verdict, int] = {"exact": 0, "aligned": 1, "fallback": 2}
 Level = TypingLiteral["masked", "aligned", "nodes"]
+_VERDICTS: dict[Level, Verdict] = {"masked": "exact", "aligned": "aligned", "nodes": "fallback"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class _Segment:
 
     @property
     def verdict(self) -> Verdict:
-        return {"masked": "exact", "aligned": "aligned", "nodes": "fallback"}[self.level]  # type: ignore[return-value]
+        return _VERDICTS[self.level]
 
     @property
     def pending(self) -> bool:
@@ -260,7 +261,8 @@ class Restoration:
         text = render(doc, [o or "" for o in outputs])
         problem = document_problem(self.prepared, text)
         if problem is None:
-            verdict = max((s.verdict for s in segments), key=_RANK.__getitem__, default="exact")
+            exact: Verdict = "exact"
+            verdict = max((s.verdict for s in segments), key=_RANK.__getitem__, default=exact)
             self._outcome = Restored(
                 text, verdict, count_hits(doc), self.input_tokens, self.output_tokens
             )
