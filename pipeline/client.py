@@ -14,7 +14,14 @@ from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from pipeline.kafka_clients import kafka_python_options
-from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
+from pipeline.messages import (
+    GlossaryTerm,
+    Headers,
+    TextFormat,
+    TranslationRequest,
+    TranslationResult,
+    now_ms,
+)
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings
 from pipeline.tracing import SPAN_SUBMIT, extract_context, has_trace_context, inject_headers, tracer
@@ -32,6 +39,10 @@ class RequestOptions:
     domain: str | None = None
     metadata: dict[str, str] | None = None
     reply_to: str | None = None
+    # text fidelity: how the text is parsed, a stored glossary, inline (source, target) terms
+    text_format: TextFormat | None = None
+    glossary: str | None = None
+    terms: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass
@@ -90,6 +101,9 @@ def build_requests(
             domain=options.domain,
             metadata=options.metadata,
             reply_to=options.reply_to,
+            format=options.text_format,
+            glossary=options.glossary,
+            terms=[GlossaryTerm(source=s, target=t) for s, t in options.terms] or None,
         )
         for text in texts
     ]

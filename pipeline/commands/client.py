@@ -12,11 +12,12 @@ from pipeline.pairs import Pair
 from pipeline.settings import Settings
 
 
-def _texts(texts: tuple[str, ...], file: Path | None) -> list[str]:
+def _texts(texts: tuple[str, ...], file: Path | None, whole: bool = False) -> list[str]:
+    """TEXT arguments, then the file: one text per line, or (``whole``) one document."""
     lines = list(texts)
     if file is not None:
         content = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
-        lines.extend(content.splitlines())
+        lines.extend([content] if whole else content.splitlines())
     if not lines:
         raise click.UsageError("give TEXT arguments or --file")
     return lines
@@ -33,11 +34,33 @@ def _request_options(f):  # type: ignore[no-untyped-def]
             ),
             click.option("--tenant", default=None),
             click.option("--domain", default=None),
+            click.option(
+                "--text-format", type=click.Choice(["text", "html", "xml", "markdown"]),
+                default="text", show_default=True,
+                help="Markup formats keep their markup; --file is then one document.",
+            ),
+            click.option("--glossary", default=None, help="A stored glossary of the tenant."),
+            click.option(
+                "--term", "terms", multiple=True, metavar="SOURCE[=TARGET]",
+                help="An inline term (no target: do not translate); repeatable.",
+            ),
             click.argument("texts", nargs=-1),
         ]
     ):
         f = option(f)
     return f
+
+
+def _options(
+    timeout_ms: int | None, tenant: str | None, domain: str | None, text_format: str,
+    glossary: str | None, terms: tuple[str, ...],
+) -> RequestOptions:
+    pairs = tuple((s, t or None) for s, _, t in (term.partition("=") for term in terms))
+    return RequestOptions(
+        timeout_ms=timeout_ms, tenant=tenant, domain=domain,
+        text_format=None if text_format == "text" else text_format,  # type: ignore[arg-type]
+        glossary=glossary, terms=pairs,
+    )
 
 
 @click.command()
@@ -46,11 +69,12 @@ def _request_options(f):  # type: ignore[no-untyped-def]
 @click.pass_obj
 def submit(
     settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
-    domain: str | None, texts: tuple[str, ...], timeout_ms: int | None,
+    domain: str | None, text_format: str, glossary: str | None, terms: tuple[str, ...],
+    texts: tuple[str, ...], timeout_ms: int | None,
 ) -> None:
     """Publish translation requests; print their request ids."""
-    options = RequestOptions(timeout_ms=timeout_ms, tenant=tenant, domain=domain)
-    requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
+    options = _options(timeout_ms, tenant, domain, text_format, glossary, terms)
+    requests = build_requests(_texts(texts, file, text_format != "text"), Pair(src, tgt), options)
     with TranslationClient(settings.kafka) as client:
         for request_id in client.submit(requests):
             click.echo(request_id)
@@ -63,14 +87,15 @@ def submit(
 @click.pass_obj
 def translate(
     settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
-    domain: str | None, texts: tuple[str, ...], as_json: bool, timeout: float,
+    domain: str | None, text_format: str, glossary: str | None, terms: tuple[str, ...],
+    texts: tuple[str, ...], as_json: bool, timeout: float,
 ) -> None:
     """Translate texts through the pipeline and print the results.
 
     Exits 1 when any request failed, timed out, or got no result in time.
     """
-    options = RequestOptions(timeout_ms=int(timeout * 1000), tenant=tenant, domain=domain)
-    requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
+    options = _options(int(timeout * 1000), tenant, domain, text_format, glossary, terms)
+    requests = build_requests(_texts(texts, file, text_format != "text"), Pair(src, tgt), options)
     with TranslationClient(settings.kafka) as client:
         replies = client.translate(requests, timeout_s=timeout)
     for request, result in zip(requests, replies.ordered, strict=True):
