@@ -18,7 +18,7 @@ from typing import Protocol, runtime_checkable
 from pipeline.engine.translator import AlignedTranslation, Translation, Translator
 from pipeline.fidelity.glossary import Glossary
 from pipeline.fidelity.prepare import FidelityConfig, Format, prepare
-from pipeline.fidelity.restore import Call, Failed, Restoration, Restored
+from pipeline.fidelity.restore import Call, Failed, Refused, Restoration, Restored
 from pipeline.pairs import Pair
 
 
@@ -76,7 +76,13 @@ class TranslatorEngine:
         return [next(aligned_it) if c.aligned else next(plain_it) for c in calls]
 
 
-async def drive(restorations: Sequence[Restoration], engine: TranslatorEngine) -> None:
+class CallRunner(Protocol):
+    """Runs engine calls; a call the engine refuses on its own comes back as ``Refused``."""
+
+    async def translate(self, calls: Sequence[Call]) -> Sequence[Translation | Refused]: ...
+
+
+async def drive(restorations: Sequence[Restoration], engine: CallRunner) -> None:
     """Run every restoration to its outcome, one batched engine call per round."""
     while True:
         rounds = [(r, r.calls()) for r in restorations]

@@ -45,6 +45,13 @@ _VERDICTS: dict[Level, Verdict] = {"masked": "exact", "aligned": "aligned", "nod
 
 
 @dataclass(frozen=True, slots=True)
+class Refused:
+    """The engine failed on one call's text on its own (input-caused, per the hot path)."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class Call:
     """One engine input; ``aligned`` asks for attention too."""
 
@@ -219,6 +226,8 @@ class Restoration:
     def calls(self) -> list[Call]:
         """Engine inputs needed next (empty when done); each round starts here."""
         self._issued = []
+        if self._outcome is not None:
+            return []
         out: list[Call] = []
         for seg in self.segments.values():
             if seg.pending:
@@ -227,11 +236,19 @@ class Restoration:
                 out.extend(calls)
         return out
 
-    def feed(self, outputs: Sequence[Translation]) -> None:
-        """Give the engine's outputs for the last :meth:`calls`, in order."""
+    def feed(self, outputs: Sequence[Translation | Refused]) -> None:
+        """Give the engine's outputs for the last :meth:`calls`, in order.
+
+        A :class:`Refused` call fails the whole request (reason ``engine_rejected``).
+        """
         if len(outputs) != sum(n for _, n in self._issued):
             raise ValueError("outputs do not match the calls")
-        it = iter(outputs)
+        refused = next((o for o in outputs if isinstance(o, Refused)), None)
+        if refused is not None:
+            self._issued = []
+            self._outcome = Failed("engine_rejected", refused.error)
+            return
+        it = iter(o for o in outputs if isinstance(o, Translation))
         for seg, n in self._issued:
             got = [next(it) for _ in range(n)]
             for out in got:

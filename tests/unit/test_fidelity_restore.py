@@ -161,3 +161,35 @@ def test_reinsert_uses_word_attention():
 
 def test_expected_outputs_use_the_map():
     assert to_pseudo("Click") == "Çļîçķ"
+
+
+def test_a_call_the_engine_refuses_fails_only_its_request():
+    from pipeline.fidelity.engine import drive
+    from pipeline.fidelity.prepare import FidelityConfig, prepare
+    from pipeline.fidelity.restore import Refused, Restoration
+
+    class Picky:
+        def can_align(self):
+            return False
+
+        def unknown_characters(self, text):
+            return frozenset()
+
+        async def translate(self, calls):
+            return [
+                Refused("boom")
+                if "poison" in c.text
+                else AligningPseudoTranslator().translate_batch([c.text], EN_XA)[0]
+                for c in calls
+            ]
+
+    engine = Picky()
+    good = Restoration(prepare("fine text", "text", FidelityConfig()), engine)
+    bad = Restoration(prepare("<p>a <b>poison</b> pill</p>", "html", FidelityConfig()), engine)
+    asyncio.run(drive([good, bad], engine))
+    assert isinstance(good.outcome(), Restored) and good.outcome().text == "ƒîñé ţéẋţ"
+    outcome = bad.outcome()
+    assert isinstance(outcome, Failed) and (outcome.reason, outcome.message) == (
+        "engine_rejected",
+        "boom",
+    )
