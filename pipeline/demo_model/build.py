@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="start from an earlier CTranslate2 demo model (tokens matched by string)",
     )
+    parser.add_argument(
+        "--new-tokens-only",
+        action="store_true",
+        help="with --init-from: train only the embeddings of tokens the earlier model lacked",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     parser.add_argument(
         "--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}"
@@ -78,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 checkpoint_every=args.checkpoint_every,
                 max_words=args.max_words,
                 accented_share=args.accented_share,
+                new_tokens_only=args.new_tokens_only,
             )
             hf = tr.train(work, cfg, resume=not args.fresh, init_from=args.init_from)
             print(f"trained: {hf}", flush=True)

@@ -54,6 +54,9 @@ class TrainConfig:
     max_words: int = 45
     # share of words with Latin-1 / Latin Extended-A letters (more when fine-tuning for them)
     accented_share: float = 0.08
+    # with init_from: train only the embeddings of tokens the earlier model did not have,
+    # everything it learned stays as it was
+    new_tokens_only: bool = False
 
 
 def train_tokenizer(work_dir: Path) -> Path:
@@ -275,6 +278,20 @@ def init_from_ctranslate2(model: MarianMTModel, vocab: list[str], model_dir: Pat
     return known
 
 
+def _train_new_rows_only(
+    model: MarianMTModel, vocab: list[str], model_dir: Path
+) -> torch.nn.Parameter:
+    """Freeze ``model`` but the embedding rows of tokens ``model_dir``'s vocabulary lacks."""
+    old = set(json.loads((model_dir / "shared_vocabulary.json").read_text(encoding="utf-8")))
+    mask = torch.tensor([[0.0] if tok in old else [1.0] for tok in vocab])
+    for param in model.parameters():
+        param.requires_grad_(False)
+    embeddings = model.get_input_embeddings().weight  # tied to the output projection
+    embeddings.requires_grad_(True)
+    embeddings.register_hook(lambda grad: grad * mask)
+    return embeddings
+
+
 def train(
     work_dir: Path, cfg: TrainConfig, *, resume: bool = True, init_from: Path | None = None
 ) -> Path:
@@ -307,7 +324,14 @@ def train(
     if init_from is not None and not (resume and (work_dir / "checkpoint.pt").exists()):
         known = init_from_ctranslate2(model, vocab, init_from)
         tqdm.write(f"started from {init_from}: {known} of {len(vocab)} tokens known")
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    trainable: list[torch.nn.Parameter] = list(model.parameters())
+    if cfg.new_tokens_only:
+        if init_from is None:
+            raise ValueError("new_tokens_only needs a model to start from (init_from)")
+        trainable = [_train_new_rows_only(model, vocab, init_from)]
+    opt = torch.optim.AdamW(
+        trainable, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0 if cfg.new_tokens_only else 0.01
+    )
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup:
