@@ -218,6 +218,7 @@ class CTranslate2Translator(Translator):
         if not self._pairs:
             raise ConfigError("no pairs to serve")
         self.model_ids = {pid: p.entry.model_id for pid, p in self._pairs.items()}
+        self._known_chars: dict[str, dict[str, bool]] = {}  # pair id -> char -> known
         self.model_id = "+".join(sorted(set(self.model_ids.values())))
 
     @classmethod
@@ -385,13 +386,12 @@ class CTranslate2Translator(Translator):
 
     def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]:
         """Characters of ``text`` the source tokenizer knows only as bytes or ``<unk>``."""
+        known = self._known_chars.setdefault(pair.id, {})
         sp = self._loaded(pair).source_sp
-        unknown = set()
-        for ch in set(text) - {" ", "\n", "\t"}:
-            ids = sp.encode(ch)
-            if any(sp.is_byte(i) or sp.is_unknown(i) for i in ids):
-                unknown.add(ch)
-        return frozenset(unknown)
+        for ch in set(text) - known.keys():
+            ids = sp.encode(ch) if not ch.isspace() else []
+            known[ch] = not any(sp.is_byte(i) or sp.is_unknown(i) for i in ids)
+        return frozenset(ch for ch in set(text) if not known[ch])
 
     def _call_model(
         self, loaded: _Loaded, sources: list[list[str]], **options: bool
@@ -434,9 +434,7 @@ class CTranslate2Translator(Translator):
         return loaded
 
 
-def _char_spans(
-    text: str, proto: _PieceText, offset: int
-) -> list[tuple[int, int]]:
+def _char_spans(text: str, proto: _PieceText, offset: int) -> list[tuple[int, int]]:
     """Character ranges (shifted by ``offset``) of a SentencePiece proto's byte ranges."""
     char_at = [0]
     for i, ch in enumerate(text):

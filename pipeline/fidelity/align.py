@@ -104,8 +104,10 @@ def reinsert(
             where = _relative(word, len(src_words))
             best = max(
                 range(len(tgt_words)),
-                key=lambda w: scores[w] / top
-                + POSITION_WEIGHT * (1 - abs(_relative(w, len(tgt_words)) - where)),
+                key=lambda w: (
+                    scores[w] / top
+                    + POSITION_WEIGHT * (1 - abs(_relative(w, len(tgt_words)) - where))
+                ),
             )
             start, end = tgt_words[best]
             position = end if closing else start

@@ -1,12 +1,16 @@
 """Restore: engine outputs become the final text, checked, with a fidelity verdict.
 
+Characters the model's tokenizer knows only as bytes (or not at all) are
+protected like placeholders before anything is sent, so they are copied
+through exactly: a model copying byte pieces can slip one byte and turn 🚆
+into another valid character, or break it into U+FFFD.
+
 Each segment climbs a ladder until its output passes
 :func:`pipeline.fidelity.quality.check_run`:
 
-1. ``masked`` — the segment as prepared, placeholders as tokens. A
-   corrupted output (U+FFFD the source did not have) is tried once more
-   with the characters the model knows only as bytes protected too, so
-   they are copied through; lost, duplicated or misnested tokens go to 2.
+1. ``masked`` — the segment as prepared, placeholders as tokens; lost,
+   duplicated or misnested tokens go to 2, corrupted output (U+FFFD or a
+   lone surrogate the source did not have) to 3.
 2. ``aligned`` — translated again without its tokens, with the model's
    attention; the tokens are put back next to the words they belong to
    (:mod:`pipeline.fidelity.align`). Only for engines that give attention.
@@ -119,10 +123,11 @@ class _Segment:
     """One run climbing the ladder; ``output`` is its accepted engine-form translation."""
 
     def __init__(self, run: Run, engine: SegmentEngine) -> None:
-        self.run = run
+        # what the model knows only as bytes is copied through, never sent: a model
+        # that copies byte pieces can still slip a byte and make another valid character
+        self.run = protect_unknown(run, engine.unknown_characters) or run
         self.engine = engine
         self.level: Level = "masked"
-        self.unknown_protected = False
         self.output: str | None = None
         self.failed: str | None = None
         self._stripped: Stripped | None = None
@@ -145,9 +150,6 @@ class _Segment:
         if self.level == "aligned":
             self._stripped = strip_tokens(self.run, self.run.engine_text())
             return [Call(self._stripped.text, aligned=True)]
-        protected = protect_unknown(self.run, self.engine.unknown_characters)
-        if protected is not None:
-            self.run = protected
         self._nodes = [
             i for i, p in enumerate(self.run.parts) if isinstance(p, str) and Run((p,)).has_text()
         ]
@@ -170,13 +172,6 @@ class _Segment:
         problem = check_run(self.run, text)
         if problem is None:
             self.output = text
-        elif problem == "corrupt" and self.level == "masked" and not self.unknown_protected:
-            self.unknown_protected = True
-            protected = protect_unknown(self.run, self.engine.unknown_characters)
-            if protected is None:
-                self.level = "nodes"
-            else:
-                self.run = protected
         elif problem != "corrupt" and self.level == "masked" and self.engine.can_align():
             self.level = "aligned"
         elif self.level != "nodes":

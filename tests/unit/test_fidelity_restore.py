@@ -50,7 +50,7 @@ def test_without_attention_dropped_tokens_fall_back_to_node_by_node():
     assert ["Hello ", "big ", "world", "Click", " go."] in translator.calls
 
 
-def test_corrupted_characters_are_copied_through_on_retry():
+def test_characters_the_model_knows_only_as_bytes_are_copied_through():
     translator = PseudoTranslator(corrupt="東")
     result = run("Visit 東京 today", "text", translator)
     assert isinstance(result, Restored)
