@@ -201,3 +201,50 @@ def test_accented_greek_cyrillic_cjk_emoji_no_replacement_characters(translator,
     assert result.text == xa(text)  # letters outside the map come back unchanged
     back = translate(translator, result.text, pair=XA_EN)
     assert back.text == from_pseudo(result.text)
+
+
+def test_translate_aligned_gives_attention_over_the_same_translation(translator):
+    text = "Hello big world!\nSecond line here"
+    (aligned,) = translator.translate_aligned([text], EN_XA)
+    (plain,) = translator.translate_batch([text], EN_XA)
+    assert aligned.text == plain.text == xa(text)
+    assert len(aligned.attention) == len(aligned.target_spans)
+    assert all(len(row) == len(aligned.source_spans) for row in aligned.attention)
+    # every source character is covered by a token span
+    covered = {i for a, b in aligned.source_spans for i in range(a, b)}
+    assert covered >= {i for i, ch in enumerate(text) if not ch.isspace()}
+
+
+def test_placeholders_a_model_drops_are_put_back_by_its_attention(translator):
+    """The model loses every token; attention alone puts the tags back around words."""
+    from pipeline.fidelity.markup import tag_multiset
+    from pipeline.fidelity.tokens import TOKEN_RE
+
+    class Forgetful:
+        model_id = translator.model_id
+
+        def count_tokens(self, text, pair):
+            return translator.count_tokens(text, pair)
+
+        def translate_batch(self, texts, pair):
+            out = translator.translate_batch(texts, pair)
+            return [type(o)(TOKEN_RE.sub("", o.text), o.input_tokens, o.output_tokens) for o in out]
+
+        async def translate_batch_async(self, texts, pair, executor=None):
+            return self.translate_batch(texts, pair)
+
+        def translate_aligned(self, texts, pair):
+            return translator.translate_aligned(texts, pair)
+
+        def unknown_characters(self, text, pair):
+            return translator.unknown_characters(text, pair)
+
+    html = "<p>The <b>quick</b> brown fox <i>jumps</i> over the <a href='/d'>lazy dog</a>.</p>"
+    engine = TranslatorEngine(Forgetful(), EN_XA)
+    result = asyncio.run(translate_text(html, "html", engine))
+    assert isinstance(result, Restored) and result.fidelity == "aligned"
+    assert tag_multiset(result.text) == tag_multiset(html)
+    words = TOKEN_RE.sub("", result.text)
+    import re
+
+    assert re.sub(r"<[^>]+>", "", words) == xa("The quick brown fox jumps over the lazy dog.")
