@@ -106,10 +106,15 @@ def _start(service: Service, timeout_s: float, report: Reporter) -> None:
         raise
 
 
-def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
-    """Start whatever is not running, wait until healthy, create topics (idempotent)."""
+def start_services(settings: Settings, report: Reporter = quiet) -> None:
+    """Start whatever is not running and wait until healthy; create nothing in them."""
     for service in services(settings):
         _start(service, settings.stack.start_timeout_s, report)
+
+
+def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
+    """Start whatever is not running, wait until healthy, create topics (idempotent)."""
+    start_services(settings, report)
     specs = topic_specs(settings)
     ensured = ensure_topics(settings.kafka, specs)
     report(f"topics: {len(ensured.created)} created, "
