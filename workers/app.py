@@ -28,6 +28,7 @@ from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
+from pipeline.fidelity.service import FidelityService
 from pipeline.offsets import TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
@@ -66,6 +67,8 @@ class WorkerContext:
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     gate: PriorityGate = field(default_factory=PriorityGate)
     stats: WorkerStats = field(default_factory=WorkerStats)
+    # markup, placeholders and glossaries (pipeline/fidelity); None: plain text only
+    fidelity: FidelityService | None = None
 
 
 class WorkerShell:
@@ -261,6 +264,7 @@ def _add_pair_agents(
         steps = translation_steps(
             limits=ctx.settings.limits, window=window, cache=ctx.cache, engine=engine,
             producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
+            fidelity=ctx.fidelity,
         )
         runner = BatchRunner(
             steps,

@@ -13,8 +13,8 @@ from pipeline.bulk.readers import FORMATS, read_corpus
 from pipeline.bulk.requests import check_job_id, default_job_id
 from pipeline.bulk.runner import JobSpec, run_job
 from pipeline.bulk.state import JobState, Progress, process_alive
-from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
 from pipeline.commands.options import DOMAIN_HELP, LABEL, LANGUAGE, TENANT_HELP
+from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
 from pipeline.pairs import Pair
 from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
