@@ -15,9 +15,10 @@ Each segment climbs a ladder until its output passes
    attention; the tokens are put back next to the words they belong to
    (:mod:`pipeline.fidelity.align`). Only for engines that give attention.
 3. ``nodes`` — every text part between protected spans translated on its
-   own (node by node), unknown characters copied through.
+   own (node by node), non-ASCII symbols copied through too; a node still
+   corrupted is tried once more word by word.
 
-A segment still failing at 3 fails the request with reason ``bad_output``:
+A segment still failing then fails the request with reason ``bad_output``:
 corrupted text is never published as ``ok``. The assembled document is
 checked once more (well-formed, same tags, same Markdown structure); when
 that fails every segment goes to ``nodes``.
@@ -28,6 +29,8 @@ or ``fallback``.
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,8 +47,14 @@ from pipeline.fidelity.tokens import token
 
 Verdict = TypingLiteral["exact", "aligned", "fallback"]
 _RANK: dict[Verdict, int] = {"exact": 0, "aligned": 1, "fallback": 2}
-Level = TypingLiteral["masked", "aligned", "nodes"]
-_VERDICTS: dict[Level, Verdict] = {"masked": "exact", "aligned": "aligned", "nodes": "fallback"}
+Level = TypingLiteral["masked", "aligned", "nodes", "words"]
+_VERDICTS: dict[Level, Verdict] = {
+    "masked": "exact",
+    "aligned": "aligned",
+    "nodes": "fallback",
+    "words": "fallback",
+}
+_WORDS = re.compile(r"(\s+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +128,24 @@ def protect_unknown(run: Run, unknown: Callable[[str], frozenset[str]]) -> Run |
     return Run(tuple(parts), run.escape) if changed else None
 
 
+def _symbols(text: str) -> frozenset[str]:
+    """Non-ASCII characters of ``text`` that are neither letters nor marks nor digits."""
+    return frozenset(
+        ch for ch in text if not ch.isascii() and unicodedata.category(ch)[0] not in "LMN"
+    ) | frozenset(ch for ch in text if unicodedata.category(ch) in ("No", "Nl"))
+
+
+def _split_words(run: Run) -> Run:
+    """``run`` with every text part cut into words and the whitespace between them."""
+    parts: list[str | Span] = []
+    for part in run.parts:
+        if isinstance(part, Span):
+            parts.append(part)
+        else:
+            parts.extend(p for p in _WORDS.split(part) if p)
+    return Run(tuple(parts), run.escape)
+
+
 class _Segment:
     """One run climbing the ladder; ``output`` is its accepted engine-form translation."""
 
@@ -150,6 +177,11 @@ class _Segment:
         if self.level == "aligned":
             self._stripped = strip_tokens(self.run, self.run.engine_text())
             return [Call(self._stripped.text, aligned=True)]
+        # the last rung copies non-ASCII symbols and punctuation through as well: a
+        # model can still garble a rare one it knows (¹, „) into byte pieces
+        self.run = protect_unknown(self.run, _symbols) or self.run
+        if self.level == "words":
+            self.run = _split_words(self.run)
         self._nodes = [
             i for i, p in enumerate(self.run.parts) if isinstance(p, str) and Run((p,)).has_text()
         ]
@@ -187,7 +219,10 @@ class _Segment:
             if isinstance(part, str):
                 text = translated.get(i, part)
                 if corrupted(part, text) or text.count("\n") != part.count("\n"):
-                    self.failed = "corrupt"
+                    if self.level == "nodes":  # one more try, word by word
+                        self.level = "words"
+                    else:
+                        self.failed = "corrupt"
                     return
                 pieces.append(text)
                 continue
