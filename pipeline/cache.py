@@ -19,6 +19,7 @@ from typing import Literal
 import redis
 from cachetools import LRUCache
 
+from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
 
 log = logging.getLogger(__name__)
@@ -84,12 +85,7 @@ class RedisCache:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
-        self._client = client or redis.Redis.from_url(
-            settings.url,
-            password=settings.password.get_secret_value() if settings.password else None,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-        )
+        self._client = client or redis_client(settings)
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._down_until = 0.0

@@ -23,9 +23,11 @@ from typing import Any
 
 import click
 
+from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.messages import SlaWindow
 from pipeline.settings import Settings
 from pipeline.sla import RunSummary
+from pipeline.stack.topics import TopicSpec, ensure_topics
 
 _STATUSES = ("ok",) * 17 + ("timeout", "error")
 _CACHES = ("miss", "miss", "l1", "l2", "window")
@@ -65,7 +67,7 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
     from kafka import KafkaProducer
 
     started = time.monotonic()
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks=1,
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
                              linger_ms=50, batch_size=512 * 1024)
     for value in synthetic_results(count, pairs, rate):
         producer.send(topic, value=value)
@@ -80,15 +82,12 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
 
 
 def _topics(settings: Settings, names: dict[str, int], create: bool) -> None:
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    if create:
+        ensure_topics(settings.kafka, {name: TopicSpec(n) for name, n in names.items()})
+        return
+    admin = admin_client(settings.kafka, "bench-sla")
     try:
-        if create:
-            admin.create_topics({name: {"num_partitions": n, "replication_factor": 1}
-                                 for name, n in names.items()}, wait_for_metadata=True)
-        else:
-            admin.delete_topics(list(names))
+        admin.delete_topics(list(names))
     finally:
         admin.close()
 
@@ -97,7 +96,7 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
     """The SlaWindow messages on ``topic``, each validated against the contract."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=settings.kafka.bootstrap_servers,
+    consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench-sla"),
                              auto_offset_reset="earliest", consumer_timeout_ms=3000)
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]

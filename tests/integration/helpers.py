@@ -8,14 +8,20 @@ from collections.abc import Callable
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from pipeline.kafka_clients import kafka_python_options
+from pipeline.settings import KafkaSettings
+
 
 class TopicTail:
     """Remembers a topic's end offsets now; later reads everything produced after."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, kafka: KafkaSettings | str, topic: str) -> None:
+        """``kafka``: the client settings (or just bootstrap servers, for a plaintext stack)."""
         self.topic = topic
-        self._consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                       enable_auto_commit=False)
+        if isinstance(kafka, str):
+            kafka = KafkaSettings(bootstrap_servers=kafka)
+        self._consumer = KafkaConsumer(**kafka_python_options(kafka, "tests-tail"),
+                                       group_id=None, enable_auto_commit=False)
         partitions = self._consumer.partitions_for_topic(topic) or set()
         assert partitions, f"topic {topic} does not exist"
         self._tps = [TopicPartition(topic, p) for p in sorted(partitions)]
