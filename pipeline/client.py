@@ -13,7 +13,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka_check import kafka_python_client
 from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings
@@ -60,8 +60,8 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     acks=all and an idempotent producer with retries: a retried send is not
     written twice.
     """
-    return KafkaProducer(
-        **kafka_python_options(settings, role),
+    return kafka_python_client(
+        KafkaProducer, settings, role,
         acks="all",
         retries=10,
         enable_idempotence=True,
@@ -172,8 +172,8 @@ class ResultListener:
     """Reads result topics from their current end (positions fixed before submitting)."""
 
     def __init__(self, settings: KafkaSettings, topics: Iterable[str]) -> None:
-        self._consumer = KafkaConsumer(
-            **kafka_python_options(settings, "replies"),
+        self._consumer = kafka_python_client(
+            KafkaConsumer, settings, "replies",
             group_id=None,
             enable_auto_commit=False,
         )

@@ -138,7 +138,13 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
 
 
 def admin_client(kafka: KafkaSettings, role: str = "admin") -> KafkaAdminClient:
-    """A kafka-python admin client; the caller closes it."""
+    """A kafka-python admin client; the caller closes it.
+
+    Raises :class:`pipeline.kafka_check.KafkaRefused` (one line) when the
+    brokers refuse it.
+    """
     from kafka import KafkaAdminClient
 
-    return KafkaAdminClient(**kafka_python_options(kafka, role))
+    from pipeline.kafka_check import kafka_python_client
+
+    return kafka_python_client(KafkaAdminClient, kafka, role)
