@@ -85,11 +85,11 @@ def with_layout(
     explicit = kafka.model_fields_set
     kafka_update: dict[str, Any] = {}
     if stack.brokers > 1:
-        replication = min(CLUSTER_REPLICATION, stack.brokers)
         if "replication_factor" not in explicit:
-            kafka_update["replication_factor"] = replication
+            kafka_update["replication_factor"] = min(CLUSTER_REPLICATION, stack.brokers)
+        replication = kafka_update.get("replication_factor", kafka.replication_factor)
         if "min_insync_replicas" not in explicit:
-            kafka_update["min_insync_replicas"] = min(CLUSTER_MIN_INSYNC, replication - 1) or 1
+            kafka_update["min_insync_replicas"] = max(1, min(CLUSTER_MIN_INSYNC, replication - 1))
     try:
         kafka = KafkaSettings.model_validate({**_fields(kafka), **kafka_update})
     except ValidationError as exc:
@@ -115,9 +115,12 @@ def _fields(section: Any) -> dict[str, Any]:
 
 
 def _one_line(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
-    )
+    parts = []
+    for error in exc.errors():
+        message = error["msg"].removeprefix("Value error, ")
+        where = ".".join(map(str, error["loc"]))
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(parts)
 
 
 def _record_path(home: Path) -> Path:
