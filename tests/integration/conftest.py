@@ -79,6 +79,9 @@ def spark(stack: Endpoints) -> Iterator[SparkSession]:
         .config("spark.driver.memory", "512m")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
+        # drop idle cached Kafka producers soon: a test stack they wrote to may be gone
+        .config("spark.kafka.producer.cache.timeout", "20s")
+        .config("spark.kafka.producer.cache.evictorThreadRunInterval", "5s")
         .getOrCreate()
     )
     yield session
