@@ -34,6 +34,20 @@ def ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
     return context
 
 
+class _Unlogged(str):
+    """A secret handed to a client library as the ``str`` it wants, with a masked repr.
+
+    kafka-python logs its whole configuration at DEBUG ("Starting
+    KafkaAdminClient with configuration: {...}"); the dict's repr then shows
+    this instead of the password.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'**********'"
+
+
 def _security_options(kafka: KafkaSettings) -> dict[str, Any]:
     """Security keyword arguments; kafka-python and aiokafka spell them the same way."""
     options: dict[str, Any] = {"security_protocol": kafka.security_protocol}
@@ -44,7 +58,7 @@ def _security_options(kafka: KafkaSettings) -> dict[str, Any]:
         options.update(
             sasl_mechanism=kafka.sasl_mechanism,
             sasl_plain_username=kafka.sasl_username,
-            sasl_plain_password=kafka.sasl_password.get_secret_value(),
+            sasl_plain_password=_Unlogged(kafka.sasl_password.get_secret_value()),
         )
     return options
 

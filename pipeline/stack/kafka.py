@@ -10,10 +10,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import SecretStr
 
 from pipeline.errors import StackError
 from pipeline.kafka_clients import kafka_python_options
@@ -21,9 +18,8 @@ from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
 from pipeline.stack.layout import HOST, NodePorts, node_ports
 from pipeline.stack.procs import cmdline
-from pipeline.stack.secure import load_secrets, tls_files
+from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
-from pipeline.stack.tls import TlsFiles
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 _JAR_VERSION = re.compile(r"kafka_2\.13-([^/:\s]+?)\.jar")
@@ -41,7 +37,7 @@ log4j.logger.org.apache.kafka.storage.internals.log=WARN
 
 
 def render_server_properties(settings: Settings, node: NodePorts, log_dir: Path,
-                             secure: SecureBroker | None = None) -> str:
+                             secure: ServiceSecrets | None = None) -> str:
     """``server.properties`` for one combined broker+controller node, tuned for tests.
 
     Replication of the internal topics (consumer offsets, transaction state)
@@ -118,15 +114,6 @@ def cluster_id(seed: str) -> str:
     return base64.urlsafe_b64encode(digest.bytes).rstrip(b"=").decode()
 
 
-@dataclass(frozen=True)
-class SecureBroker:
-    """What a secure node needs: its certificates and the SCRAM user."""
-
-    tls: TlsFiles
-    username: str
-    password: SecretStr
-
-
 class KafkaService(Service):
     """One node: ``java -cp <jars> kafka.Kafka var/<name>/server.properties``.
 
@@ -174,12 +161,8 @@ class KafkaService(Service):
                 f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
                 "-cp", ":".join(str(jar) for jar in kafka_jars(self.settings))]
 
-    def _secure(self) -> SecureBroker | None:
-        if not self.settings.stack.secure:
-            return None
-        stack_secrets = load_secrets(self.home)
-        return SecureBroker(tls_files(self.home), stack_secrets.kafka_username,
-                            stack_secrets.kafka_password)
+    def _secure(self) -> ServiceSecrets | None:
+        return service_secrets(self.home, "kafka") if self.settings.stack.secure else None
 
     def prepare(self, report: Reporter) -> None:
         kafka_jars(self.settings, report)  # fetch once, with progress

@@ -6,33 +6,20 @@ import hashlib
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-
-from pydantic import SecretStr
 
 from pipeline.errors import StackError
 from pipeline.redis_client import redis_options
 from pipeline.settings import RedisSettings, Settings
-from pipeline.stack.secure import load_secrets, tls_files
+from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
-from pipeline.stack.tls import TlsFiles
 
 HOST = "127.0.0.1"
 INSTALL_HINT = "install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)"
 
 
-@dataclass(frozen=True)
-class SecureRedis:
-    """What a secure Redis needs: its certificate and the ACL user."""
-
-    tls: TlsFiles
-    username: str
-    password: SecretStr
-
-
 def render_redis_conf(port: int, data_dir: Path, config_path: Path,
-                      secure: SecureRedis | None = None) -> str:
+                      secure: ServiceSecrets | None = None) -> str:
     """Config for a foreground, loopback-only, non-persistent dev Redis.
 
     Secure: TLS only (no plaintext port), the default user switched off and
@@ -123,12 +110,8 @@ class RedisService(Service):
     def url(self) -> str:
         return self._clients.url
 
-    def _secure(self) -> SecureRedis | None:
-        if not self.settings.stack.secure:
-            return None
-        stack_secrets = load_secrets(self.home)
-        return SecureRedis(tls_files(self.home), stack_secrets.redis_username,
-                           stack_secrets.redis_password)
+    def _secure(self) -> ServiceSecrets | None:
+        return service_secrets(self.home, "redis") if self.settings.stack.secure else None
 
     def prepare(self, report: Reporter) -> None:
         ensure_redis_server(report)

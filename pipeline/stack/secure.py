@@ -13,6 +13,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import SecretStr
 
@@ -85,3 +86,22 @@ def tls_files(home: Path) -> TlsFiles:
 def ensure_secure_material(home: Path) -> tuple[StackSecrets, TlsFiles]:
     """Secrets and certificates, generated when missing."""
     return ensure_secrets(home), ensure_tls(tls_files(home).folder)
+
+
+@dataclass(frozen=True)
+class ServiceSecrets:
+    """What one secure service (a Kafka node, Redis) needs: the certificates and its user."""
+
+    tls: TlsFiles
+    username: str
+    password: SecretStr
+
+
+def service_secrets(home: Path, service: Literal["kafka", "redis"]) -> ServiceSecrets:
+    """The certificates and the user of ``service`` in the secure stack under ``home``."""
+    stack_secrets = load_secrets(home)
+    if service == "kafka":
+        return ServiceSecrets(tls_files(home), stack_secrets.kafka_username,
+                              stack_secrets.kafka_password)
+    return ServiceSecrets(tls_files(home), stack_secrets.redis_username,
+                          stack_secrets.redis_password)

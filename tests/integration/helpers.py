@@ -1,15 +1,19 @@
-"""Reading topics from a known position, for integration tests."""
+"""Reading topics from a known position, and Spark round trips, for integration tests."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka_clients import kafka_python_options, spark_kafka_options
 from pipeline.settings import KafkaSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class TopicTail:
@@ -53,3 +57,18 @@ class TopicTail:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def spark_kafka_round_trip(spark: SparkSession, kafka: KafkaSettings, topic: str,
+                           sent: dict[str, str]) -> dict[str, str]:
+    """Write ``sent`` with Spark's Kafka sink, read ``topic`` back with its source (batch)."""
+    options = spark_kafka_options(kafka)
+    frame = spark.createDataFrame(list(sent.items()), "key string, value string")
+    frame.write.format("kafka").options(**options).option("topic", topic).save()
+    rows = (spark.read.format("kafka").options(**options)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest").option("endingOffsets", "latest")
+            .load()
+            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+            .collect())
+    return {row.key: row.value for row in rows}

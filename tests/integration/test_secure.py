@@ -29,13 +29,13 @@ from pydantic import SecretStr
 from pipeline.cache import CachedTranslation, RedisCache
 from pipeline.client import reliable_producer
 from pipeline.kafka_check import KafkaRefused, kafka_python_client
-from pipeline.kafka_clients import admin_client, aiokafka_options, spark_kafka_options
+from pipeline.kafka_clients import admin_client, aiokafka_options
 from pipeline.redis_client import redis_client
 from pipeline.settings import PROJECT_ROOT, KafkaSettings, Settings
 from pipeline.stack import layout
 from pipeline.stack.secure import load_secrets
 from pipeline.stack.topics import TopicSpec, ensure_topics
-from tests.integration.helpers import TopicTail
+from tests.integration.helpers import TopicTail, spark_kafka_round_trip
 from tests.integration.stacks import running_stack
 
 if TYPE_CHECKING:
@@ -209,16 +209,7 @@ def test_faust_app_consumes_and_produces_over_sasl_ssl(
 def test_spark_source_and_sink_over_sasl_ssl(clients: Settings, spark: SparkSession) -> None:
     kafka = clients.kafka
     topic, sent = _topic(kafka), {k.decode(): v.decode() for k, v in _messages("spark").items()}
-    options = spark_kafka_options(kafka)
-    frame = spark.createDataFrame(list(sent.items()), "key string, value string")
-    frame.write.format("kafka").options(**options).option("topic", topic).save()
-    rows = (spark.read.format("kafka").options(**options)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
-            .collect())
-    assert {row.key: row.value for row in rows} == sent
+    assert spark_kafka_round_trip(spark, kafka, topic, sent) == sent
 
 
 def test_redis_cache_over_tls_as_the_acl_user(clients: Settings) -> None:

@@ -17,6 +17,7 @@ import pytest
 from pipeline.stack import manager
 from pipeline.stack.manager import Endpoints
 from pipeline.stack.topics import topic_specs
+from tests.integration.helpers import spark_kafka_round_trip
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -161,15 +162,4 @@ def test_spark_kafka_round_trip(
 ) -> None:
     """Spark writes with its Kafka sink and reads back with its Kafka source (batch)."""
     topic, sent = new_topic(), _messages("spark")
-    frame = spark.createDataFrame(list(sent.items()), "key string, value string")
-    (frame.write.format("kafka")
-     .option("kafka.bootstrap.servers", stack.bootstrap_servers)
-     .option("topic", topic).save())
-    rows = (spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", stack.bootstrap_servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
-            .collect())
-    assert {row.key: row.value for row in rows} == sent
+    assert spark_kafka_round_trip(spark, stack.settings.kafka, topic, sent) == sent

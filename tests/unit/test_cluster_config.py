@@ -14,9 +14,9 @@ from pydantic import SecretStr, ValidationError
 from pipeline.errors import StackError
 from pipeline.settings import KafkaSettings, Settings, StackSettings
 from pipeline.stack import layout
-from pipeline.stack.kafka import SecureBroker, render_server_properties
-from pipeline.stack.redis import SecureRedis, render_redis_conf
-from pipeline.stack.secure import ensure_secure_material, load_secrets
+from pipeline.stack.kafka import render_server_properties
+from pipeline.stack.redis import render_redis_conf
+from pipeline.stack.secure import ensure_secure_material, load_secrets, service_secrets
 from pipeline.stack.tls import ensure_tls
 
 
@@ -99,7 +99,7 @@ def test_layout_is_recorded_and_reused_without_flags(tmp_path: Path) -> None:
 def test_secure_node_has_no_plaintext_listener(tmp_path: Path) -> None:
     settings = layout.with_layout(_cluster(tmp_path), secure=True)
     secrets_, tls = ensure_secure_material(tmp_path)
-    secure = SecureBroker(tls, secrets_.kafka_username, secrets_.kafka_password)
+    secure = service_secrets(tmp_path, "kafka")
     node = layout.node_ports(settings.stack)[1]
     text = render_server_properties(settings, node, tmp_path / "d", secure)
     props = _props(text)
@@ -114,8 +114,8 @@ def test_secure_node_has_no_plaintext_listener(tmp_path: Path) -> None:
 
 
 def test_secure_redis_is_tls_only_with_a_hashed_acl_password(tmp_path: Path) -> None:
-    secrets_, tls = ensure_secure_material(tmp_path)
-    secure = SecureRedis(tls, secrets_.redis_username, secrets_.redis_password)
+    secrets_, _ = ensure_secure_material(tmp_path)
+    secure = service_secrets(tmp_path, "redis")
     conf = render_redis_conf(20379, tmp_path / "data", tmp_path / "redis.conf", secure)
     lines = conf.splitlines()
     assert "port 0" in lines and "tls-port 20379" in lines

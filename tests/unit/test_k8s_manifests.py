@@ -15,15 +15,14 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from pipeline.pairs import Pair, pair_topic
 from pipeline.settings import PROJECT_ROOT, Settings
 from pipeline.stack.topics import topic_specs
+from tests.unit.settings_keys import PREFIX, assert_setting_key
 
 K8S = PROJECT_ROOT / "deploy" / "k8s"
 BASE, CLUSTER = K8S / "base", K8S / "overlays" / "cluster"
-PREFIX = "BABELSTREAM_"
 WORKLOADS = ("StatefulSet", "Deployment")
 # created by the operator (overlays/cluster/kustomization.yaml says how)
 EXTERNAL_SECRETS = {"babelstream-redis"}
@@ -94,21 +93,12 @@ def containers(workload: Doc) -> list[Doc]:
     return workload["spec"]["template"]["spec"]["containers"]
 
 
-def check_env_key(key: str, where: str) -> None:
-    section, sep, field = key[len(PREFIX):].lower().partition("__")
-    assert sep, f"{where}: {key} is not BABELSTREAM_<SECTION>__<FIELD>"
-    assert section in Settings.model_fields, f"{where}: no settings section {section}"
-    model = Settings.model_fields[section].annotation
-    assert isinstance(model, type) and issubclass(model, BaseModel)
-    assert field in model.model_fields, f"{where}: {key} is not a setting"
-
-
 def check_references(docs: list[Doc]) -> None:
     by_key = index(docs)
     names = {kind: {name for (k, name) in by_key if k == kind} for kind, _ in by_key}
     settings = settings_of(docs)
     for key in config(docs):
-        check_env_key(key, "ConfigMap babelstream-config")
+        assert_setting_key(key, "ConfigMap babelstream-config")
     secrets = set(names.get("Secret", set())) | EXTERNAL_SECRETS
     for kafka in names.get("Kafka", set()):
         secrets.add(f"{kafka}-cluster-ca-cert")  # written by Strimzi
@@ -134,7 +124,7 @@ def check_references(docs: list[Doc]) -> None:
                 assert source["configMapRef"]["name"] in names["ConfigMap"], (name, source)
             for env in container.get("env", []):
                 if env["name"].startswith(PREFIX):
-                    check_env_key(env["name"], name)
+                    assert_setting_key(env["name"], name)
                 secret_ref = env.get("valueFrom", {}).get("secretKeyRef")
                 if secret_ref:
                     assert secret_ref["name"] in secrets, (name, secret_ref)

@@ -49,6 +49,8 @@ def test_python_clients_get_scram_over_tls(ca: Path, options: object) -> None:
     assert got["security_protocol"] == "SASL_SSL"
     assert got["sasl_mechanism"] == "SCRAM-SHA-512"
     assert (got["sasl_plain_username"], got["sasl_plain_password"]) == ("app", PASSWORD)
+    # kafka-python logs its configuration dict at DEBUG: the password must not show
+    assert PASSWORD not in repr(got) and PASSWORD not in f"{got}"
     context = got["ssl_context"]
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
