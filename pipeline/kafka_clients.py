@@ -10,6 +10,7 @@ own arguments.
 
 from __future__ import annotations
 
+import logging
 import ssl
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +118,8 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
     Trust and key stores are the same PEM files the Python clients use (Kafka
     clients read PEM since 2.7). The SASL password travels in
     ``sasl.jaas.config``, whose value Spark redacts in plans and logs
-    (``spark.redaction.regex`` matches ``password``).
+    (``spark.redaction.regex`` matches ``password``); py4j would log it with
+    every JVM call at DEBUG, so its logger is kept at INFO from then on.
     """
     options = {
         "kafka.bootstrap.servers": kafka.bootstrap_servers,
@@ -143,6 +145,9 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
         module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
                   if kafka.sasl_mechanism == "PLAIN"
                   else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        py4j = logging.getLogger("py4j")
+        if py4j.getEffectiveLevel() < logging.INFO:
+            py4j.setLevel(logging.INFO)
         options["kafka.sasl.mechanism"] = kafka.sasl_mechanism
         options["kafka.sasl.jaas.config"] = (
             f"{module} required username={_jaas_quote(kafka.sasl_username or '')} "

@@ -16,7 +16,7 @@ from pipeline.errors import StackError
 from pipeline.kafka_clients import kafka_python_options
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
-from pipeline.stack.layout import HOST, NodePorts, node_ports
+from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports
 from pipeline.stack.procs import cmdline
 from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
@@ -126,7 +126,7 @@ class KafkaService(Service):
     def __init__(self, settings: Settings, node: NodePorts, clients: KafkaSettings) -> None:
         super().__init__(settings)
         self.node = node
-        self.name = "kafka" if settings.stack.brokers == 1 else f"kafka-{node.node_id}"
+        self.name = node_name(settings.stack, node)
         # how a client reaches this node (probe): the stack's client settings, this node only
         self._clients = clients.model_copy(update={"bootstrap_servers": self.address})
 

@@ -54,6 +54,16 @@ def node_ports(stack: StackSettings) -> list[NodePorts]:
     ]
 
 
+def node_name(stack: StackSettings, node: NodePorts) -> str:
+    """``kafka`` on a single node, ``kafka-1`` ... ``kafka-N`` in a cluster."""
+    return "kafka" if stack.brokers == 1 else f"kafka-{node.node_id}"
+
+
+def service_names(stack: StackSettings) -> list[str]:
+    """The stack's services in start order (PID files are ``<home>/run/<name>.pid``)."""
+    return [*(node_name(stack, node) for node in node_ports(stack)), "redis"]
+
+
 def with_layout(
     settings: Settings, brokers: int | None = None, secure: bool | None = None
 ) -> Settings:

@@ -200,8 +200,11 @@ def down(settings: Settings, report: Reporter = quiet,
     Redis first, then every Kafka node with a PID file, whatever layout is
     recorded, all nodes at once. ``names`` limits it to those services.
     """
-    known = {service.name: service.pidfile for service in services(_layout(settings))}
-    for path in sorted((settings.stack.home / "run").glob("kafka*.pid")):
+    run_dir = settings.stack.home / "run"
+    # names only: stopping needs neither the secure stack's secrets nor its certificates
+    known = {name: PidFile(run_dir / f"{name}.pid")
+             for name in layout.service_names(_layout(settings).stack)}
+    for path in sorted(run_dir.glob("kafka*.pid")):
         known.setdefault(path.stem, PidFile(path))
     selected = {name: pidfile for name, pidfile in known.items()
                 if names is None or name in names}

@@ -66,9 +66,9 @@ def test_topics_have_configured_partitions(stack: Endpoints) -> None:
 
 
 def test_redis_ping(stack: Endpoints) -> None:
-    import redis
+    from pipeline.redis_client import redis_client
 
-    client = redis.Redis.from_url(stack.redis_url)
+    client = redis_client(stack.settings.redis)
     key = f"test:{uuid.uuid4().hex}"
     client.set(key, "ok", ex=10)
     assert client.get(key) == b"ok"

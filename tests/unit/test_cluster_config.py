@@ -172,3 +172,14 @@ def test_secrets_stay_hidden_in_reprs(tmp_path: Path) -> None:
     for secret in (stack_secrets.kafka_password, stack_secrets.redis_password):
         assert isinstance(secret, SecretStr)
         assert secret.get_secret_value() not in shown
+
+
+def test_down_finds_every_node_of_the_recorded_layout_without_secrets(tmp_path: Path) -> None:
+    from pipeline.stack import manager
+
+    layout.record_layout(layout.with_layout(_cluster(tmp_path), secure=True))
+    lines: list[str] = []
+    manager.down(Settings(stack=StackSettings(home=tmp_path)), lines.append)
+    assert lines == ["redis: not running", "kafka-1: not running", "kafka-2: not running",
+                     "kafka-3: not running"]
+    assert layout.recorded_layout(Settings(stack=StackSettings(home=tmp_path))) is None

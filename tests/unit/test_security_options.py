@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 
@@ -78,8 +79,15 @@ def test_faust_gets_ssl_credentials_for_mutual_tls(tmp_path: Path) -> None:
     assert credentials.protocol.value == "SSL"
 
 
-def test_spark_options_use_pem_stores_and_a_quoted_jaas_line(ca: Path) -> None:
+def test_spark_options_use_pem_stores_and_a_quoted_jaas_line(
+    ca: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    py4j = logging.getLogger("py4j")
+    monkeypatch.setattr(py4j, "level", logging.NOTSET)
+    monkeypatch.setattr(logging.getLogger(), "level", logging.DEBUG)
     options = spark_kafka_options(_sasl_ssl(ca))
+    # py4j logs every JVM call's arguments at DEBUG: the JAAS line must not reach it
+    assert py4j.getEffectiveLevel() == logging.INFO
     assert options["kafka.security.protocol"] == "SASL_SSL"
     assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert options["kafka.ssl.truststore.type"] == "PEM"
