@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,18 @@ def _partitions(settings: Settings, topics: list[str]) -> dict[str, list[dict[st
         admin.close()
 
 
+def _leader_of_first_partition(settings: Settings, topic: str, timeout_s: float = 30.0) -> int:
+    """Partition 0's leader, once the node answering knows the new topic."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        partitions = _partitions(settings, [topic]).get(topic) or []
+        leaders = {p["partition_index"]: p["leader_id"] for p in partitions}
+        if leaders.get(0, -1) >= 0:
+            return int(leaders[0])  # type: ignore[call-overload]
+        assert time.monotonic() < deadline, f"{topic} has no leader: {partitions}"
+        time.sleep(0.5)
+
+
 def test_status_lists_every_node(cluster: Settings) -> None:
     statuses = manager.status(cluster)
     assert [s.name for s in statuses] == ["kafka-1", "kafka-2", "kafka-3", "redis"]
@@ -82,7 +95,7 @@ def test_produce_and_consume_with_one_node_killed(cluster: Settings) -> None:
     kafka = layout.client_settings(cluster).kafka
     topic = f"test.cluster.{uuid.uuid4().hex[:8]}"
     ensure_topics(kafka, {topic: TopicSpec(3)})
-    leader = _partitions(cluster, [topic])[topic][0]["leader_id"]
+    leader = _leader_of_first_partition(cluster, topic)
     record = _pidfile(cluster, f"kafka-{leader}").read()
     assert record is not None and is_alive(record)
     os.kill(record.pid, signal.SIGKILL)
@@ -112,8 +125,7 @@ def test_produce_and_consume_with_one_node_killed(cluster: Settings) -> None:
     assert all(s.healthy for name, s in statuses.items() if name != f"kafka-{leader}")
     offsets = _partitions(cluster, ["__consumer_offsets"])["__consumer_offsets"]
     assert all(len(p["replica_nodes"]) == 3 for p in offsets)  # type: ignore[arg-type]
-    new_leader = _partitions(cluster, [topic])[topic][0]["leader_id"]
-    assert new_leader != leader
+    assert _leader_of_first_partition(cluster, topic) != leader
 
 
 def test_down_stops_every_node(cluster: Settings) -> None:
