@@ -101,7 +101,9 @@ def service_secrets(home: Path, service: Literal["kafka", "redis"]) -> ServiceSe
     """The certificates and the user of ``service`` in the secure stack under ``home``."""
     stack_secrets = load_secrets(home)
     if service == "kafka":
-        return ServiceSecrets(tls_files(home), stack_secrets.kafka_username,
-                              stack_secrets.kafka_password)
-    return ServiceSecrets(tls_files(home), stack_secrets.redis_username,
-                          stack_secrets.redis_password)
+        return ServiceSecrets(
+            tls_files(home), stack_secrets.kafka_username, stack_secrets.kafka_password
+        )
+    return ServiceSecrets(
+        tls_files(home), stack_secrets.redis_username, stack_secrets.redis_password
+    )

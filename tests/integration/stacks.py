@@ -44,11 +44,17 @@ def isolated_settings(home: Path, brokers: int, secure: bool) -> Settings:
     shared = load_settings()
     step = shared.stack.node_port_step
     base = _free_base(brokers, step)
-    stack = StackSettings.model_validate({
-        **{name: getattr(shared.stack, name) for name in StackSettings.model_fields},
-        "home": home, "jars_dir": jars_dir(shared), "kafka_port": base,
-        "kafka_controller_port": base + 1, "kafka_ssl_port": base + 2, "redis_port": base + 5,
-    })
+    stack = StackSettings.model_validate(
+        {
+            **{name: getattr(shared.stack, name) for name in StackSettings.model_fields},
+            "home": home,
+            "jars_dir": jars_dir(shared),
+            "kafka_port": base,
+            "kafka_controller_port": base + 1,
+            "kafka_ssl_port": base + 2,
+            "redis_port": base + 5,
+        }
+    )
     return layout.with_layout(Settings(stack=stack), brokers=brokers, secure=secure)
 
 

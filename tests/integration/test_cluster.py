@@ -83,11 +83,13 @@ def test_project_topics_have_three_replicas_and_min_isr_two(cluster: Settings) -
     admin = admin_client(kafka, "tests")
     try:
         configs = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name) for name in specs])["topic"]
+            [ConfigResource(ConfigResourceType.TOPIC, name) for name in specs]
+        )["topic"]
     finally:
         admin.close()
     assert {name: configs[name]["min.insync.replicas"]["value"] for name in specs} == {
-        name: "2" for name in specs}
+        name: "2" for name in specs
+    }
 
 
 def test_produce_and_consume_with_one_node_killed(cluster: Settings) -> None:
@@ -107,9 +109,15 @@ def test_produce_and_consume_with_one_node_killed(cluster: Settings) -> None:
     assert all(future.get(timeout=120) for future in futures)  # acknowledged by 2 of 3 replicas
     producer.close()
 
-    consumer = kafka_python_client(KafkaConsumer, kafka, "tests", group_id=f"g-{topic}",
-                                   auto_offset_reset="earliest", enable_auto_commit=False,
-                                   consumer_timeout_ms=60_000)
+    consumer = kafka_python_client(
+        KafkaConsumer,
+        kafka,
+        "tests",
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=60_000,
+    )
     consumer.subscribe([topic])
     got: dict[bytes, bytes] = {}
     for message in consumer:

@@ -98,8 +98,14 @@ def _produce(kafka: KafkaSettings, topic: str, sent: dict[bytes, bytes]) -> None
 
 
 def _read_all(kafka: KafkaSettings, topic: str) -> dict[bytes, bytes]:
-    tail = kafka_python_client(KafkaConsumer, kafka, "tests", group_id=None,
-                               auto_offset_reset="earliest", consumer_timeout_ms=5000)
+    tail = kafka_python_client(
+        KafkaConsumer,
+        kafka,
+        "tests",
+        group_id=None,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
     tail.subscribe([topic])
     got = {message.key: message.value for message in tail}
     tail.close()
@@ -110,15 +116,24 @@ def test_status_shows_a_secure_stack(secure: Settings) -> None:
     """``babelstream status --json`` (the CLI, as a user runs it) reports it without secrets."""
     stack = secure.stack
     env = {k: v for k, v in os.environ.items() if not k.startswith("BABELSTREAM_")}
-    env.update({
-        "BABELSTREAM_STACK__HOME": str(stack.home), "BABELSTREAM_STACK__JARS_DIR":
-        str(stack.jars_dir), "BABELSTREAM_STACK__KAFKA_PORT": str(stack.kafka_port),
-        "BABELSTREAM_STACK__KAFKA_CONTROLLER_PORT": str(stack.kafka_controller_port),
-        "BABELSTREAM_STACK__KAFKA_SSL_PORT": str(stack.kafka_ssl_port),
-        "BABELSTREAM_STACK__REDIS_PORT": str(stack.redis_port),
-    })
-    done = subprocess.run([sys.executable, "-m", "pipeline", "status", "--json"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    env.update(
+        {
+            "BABELSTREAM_STACK__HOME": str(stack.home),
+            "BABELSTREAM_STACK__JARS_DIR": str(stack.jars_dir),
+            "BABELSTREAM_STACK__KAFKA_PORT": str(stack.kafka_port),
+            "BABELSTREAM_STACK__KAFKA_CONTROLLER_PORT": str(stack.kafka_controller_port),
+            "BABELSTREAM_STACK__KAFKA_SSL_PORT": str(stack.kafka_ssl_port),
+            "BABELSTREAM_STACK__REDIS_PORT": str(stack.redis_port),
+        }
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "status", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     assert status["healthy"], status
@@ -158,8 +173,12 @@ def test_aiokafka_round_trip_over_sasl_ssl(clients: Settings) -> None:
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic, **aiokafka_options(kafka, "tests"),
-                                    group_id=f"g-{topic}", auto_offset_reset="earliest")
+        consumer = AIOKafkaConsumer(
+            topic,
+            **aiokafka_options(kafka, "tests"),
+            group_id=f"g-{topic}",
+            auto_offset_reset="earliest",
+        )
         await consumer.start()
         got: dict[bytes, bytes] = {}
         try:
@@ -184,14 +203,29 @@ def test_faust_app_consumes_and_produces_over_sasl_ssl(
     _produce(kafka, source, {b"hello": b"secure faust"})
     toml_path, _ = layout.settings_files(secure.stack.home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("BABELSTREAM_")}
-    env.update(BABELSTREAM_CONFIG=str(toml_path), ECHO_APP_ID=f"echo-{uuid.uuid4().hex[:8]}",
-               ECHO_IN=source, ECHO_OUT=sink, ECHO_DATADIR=str(tmp_path / "faust"))
+    env.update(
+        BABELSTREAM_CONFIG=str(toml_path),
+        ECHO_APP_ID=f"echo-{uuid.uuid4().hex[:8]}",
+        ECHO_IN=source,
+        ECHO_OUT=sink,
+        ECHO_DATADIR=str(tmp_path / "faust"),
+    )
     log_path = secure.stack.home / "log" / "faust-echo.log"
     with log_path.open("wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, str(PROJECT_ROOT / "tests/integration/faust_echo.py"), "worker",
-             "--without-web", "--loglevel", "info"], env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                sys.executable,
+                str(PROJECT_ROOT / "tests/integration/faust_echo.py"),
+                "worker",
+                "--without-web",
+                "--loglevel",
+                "info",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         records = tail.read_until(lambda got: len(got) >= 1, timeout_s=120)
     finally:
@@ -202,8 +236,9 @@ def test_faust_app_consumes_and_produces_over_sasl_ssl(
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait()
         tail.close()
-    assert [(r.key, r.value) for r in records] == [(b"hello", b"tsuaf eruces")], (
-        log_path.read_text(errors="replace")[-3000:])
+    assert [(r.key, r.value) for r in records] == [(b"hello", b"tsuaf eruces")], log_path.read_text(
+        errors="replace"
+    )[-3000:]
 
 
 def test_spark_source_and_sink_over_sasl_ssl(clients: Settings, spark: SparkSession) -> None:
@@ -231,8 +266,9 @@ def test_redis_refuses_wrong_password_and_plaintext(clients: Settings) -> None:
     with pytest.raises(redis.AuthenticationError):
         client.ping()
     client.close()
-    plaintext = good.model_copy(update={"url": good.url.replace("rediss://", "redis://"),
-                                        "ssl_ca_certs": None})
+    plaintext = good.model_copy(
+        update={"url": good.url.replace("rediss://", "redis://"), "ssl_ca_certs": None}
+    )
     client = redis_client(plaintext)
     with pytest.raises(redis.ConnectionError):
         client.ping()
@@ -263,8 +299,9 @@ def test_kafka_refuses_bad_clients_with_a_clear_reason(
     bad = {
         "wrong password": good.model_copy(update={"sasl_password": SecretStr("wrong")}),
         "no TLS": good.model_copy(update={"security_protocol": "PLAINTEXT"}),
-        "no client certificate": layout.client_settings(secure, mutual_tls=True).kafka
-        .model_copy(update={"ssl_certfile": None}),
+        "no client certificate": layout.client_settings(secure, mutual_tls=True).kafka.model_copy(
+            update={"ssl_certfile": None}
+        ),
         "untrusted": good.model_copy(update={"ssl_cafile": None}),
     }[case]
     topic = _topic(good)
@@ -273,8 +310,9 @@ def test_kafka_refuses_bad_clients_with_a_clear_reason(
         producer.send(topic, b"must not arrive").get(timeout=10)
     group = f"g-{topic}"
     with pytest.raises(KafkaRefused, match=reason):
-        consumer = kafka_python_client(KafkaConsumer, bad, "tests", group_id=group,
-                                       auto_offset_reset="earliest", **FAST_FAIL)
+        consumer = kafka_python_client(
+            KafkaConsumer, bad, "tests", group_id=group, auto_offset_reset="earliest", **FAST_FAIL
+        )
         consumer.subscribe([topic])
         consumer.poll(timeout_ms=5000)
     assert _read_all(good, topic) == {}  # nothing was produced
@@ -305,8 +343,10 @@ def test_aiokafka_refuses_a_wrong_password(clients: Settings) -> None:
 def test_no_secret_in_logs_or_status(secure: Settings, logs: _Collect) -> None:
     """Runs last: everything the tests above logged, the stack's logs, the status output."""
     stack_secrets = load_secrets(secure.stack.home)
-    secrets_ = [stack_secrets.kafka_password.get_secret_value(),
-                stack_secrets.redis_password.get_secret_value()]
+    secrets_ = [
+        stack_secrets.kafka_password.get_secret_value(),
+        stack_secrets.redis_password.get_secret_value(),
+    ]
     files = sorted((secure.stack.home / "log").glob("*"))
     assert {"kafka.log", "redis.log", "faust-echo.log", "status.json"} <= {f.name for f in files}
     texts = {str(f): f.read_text(errors="replace") for f in files}

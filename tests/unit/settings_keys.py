@@ -11,7 +11,7 @@ PREFIX = "BABELSTREAM_"
 
 def assert_setting_key(key: str, where: str) -> None:
     """``key`` (``BABELSTREAM_<SECTION>__<FIELD>``) names a field of :class:`Settings`."""
-    section, sep, field = key[len(PREFIX):].lower().partition("__")
+    section, sep, field = key[len(PREFIX) :].lower().partition("__")
     assert sep, f"{where}: {key} is not BABELSTREAM_<SECTION>__<FIELD>"
     assert section in Settings.model_fields, f"{where}: no settings section {section}"
     model = Settings.model_fields[section].annotation

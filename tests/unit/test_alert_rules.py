@@ -24,13 +24,23 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (`make system-deps` installs Debian's prometheus)")
-    return subprocess.run([promtool, *args], capture_output=True, text=True, check=False,
-                          timeout=120, cwd=PROMETHEUS / "tests")
+    return subprocess.run(
+        [promtool, *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=PROMETHEUS / "tests",
+    )
 
 
 def _rules() -> list[dict[str, str]]:
-    return [rule for path in RULES for group in yaml.safe_load(path.read_text())["groups"]
-            for rule in group["rules"]]
+    return [
+        rule
+        for path in RULES
+        for group in yaml.safe_load(path.read_text())["groups"]
+        for rule in group["rules"]
+    ]
 
 
 def test_promtool_checks_the_rules() -> None:
@@ -53,8 +63,14 @@ def test_rules_use_only_declared_metrics() -> None:
         used |= set(re.findall(r"(?<![:\w])(babelstream_[a-z_]+)\b", rule["expr"]))
     assert used, "no metric referenced"
     for name in sorted(used):
-        base = next((name.removesuffix(s) for s in HISTOGRAM_SUFFIXES
-                     if name.endswith(s) and name.removesuffix(s) in known), name)
+        base = next(
+            (
+                name.removesuffix(s)
+                for s in HISTOGRAM_SUFFIXES
+                if name.endswith(s) and name.removesuffix(s) in known
+            ),
+            name,
+        )
         assert base in known, f"{name} is not declared in pipeline/metrics.py"
     for rule in _rules():
         for name in re.findall(r"\b([a-z_]+:[a-z_]+:[a-z0-9_]+)\b", rule["expr"]):

@@ -25,15 +25,28 @@ def _props(text: str) -> dict[str, str]:
 
 
 def _cluster(tmp_path: Path, **stack: object) -> Settings:
-    return layout.with_layout(Settings(stack=StackSettings(
-        home=tmp_path, kafka_port=20092, kafka_controller_port=20093, kafka_ssl_port=20094,
-        redis_port=20379, **stack)), brokers=3)
+    return layout.with_layout(
+        Settings(
+            stack=StackSettings(
+                home=tmp_path,
+                kafka_port=20092,
+                kafka_controller_port=20093,
+                kafka_ssl_port=20094,
+                redis_port=20379,
+                **stack,
+            )
+        ),
+        brokers=3,
+    )
 
 
 def test_node_ports_step_from_the_base_ports(tmp_path: Path) -> None:
     nodes = layout.node_ports(_cluster(tmp_path).stack)
     assert [(n.node_id, n.client, n.controller, n.ssl) for n in nodes] == [
-        (1, 20092, 20093, 20094), (2, 20102, 20103, 20104), (3, 20112, 20113, 20114)]
+        (1, 20092, 20093, 20094),
+        (2, 20102, 20103, 20104),
+        (3, 20112, 20113, 20114),
+    ]
 
 
 def test_colliding_ports_are_one_line_errors(tmp_path: Path) -> None:
@@ -50,33 +63,49 @@ def test_cluster_defaults_to_replication_3_min_isr_2(tmp_path: Path) -> None:
 def test_every_node_replicates_internal_topics_and_knows_the_quorum(tmp_path: Path) -> None:
     settings = _cluster(tmp_path)
     nodes = layout.node_ports(settings.stack)
-    rendered = [_props(render_server_properties(settings, node, tmp_path / f"d{node.node_id}"))
-                for node in nodes]
+    rendered = [
+        _props(render_server_properties(settings, node, tmp_path / f"d{node.node_id}"))
+        for node in nodes
+    ]
     voters = "1@127.0.0.1:20093,2@127.0.0.1:20103,3@127.0.0.1:20113"
     for node, props in zip(nodes, rendered, strict=True):
         assert props["node.id"] == str(node.node_id)
         assert props["controller.quorum.voters"] == voters
-        assert props["listeners"] == (f"PLAINTEXT://127.0.0.1:{node.client},"
-                                      f"CONTROLLER://127.0.0.1:{node.controller}")
+        assert props["listeners"] == (
+            f"PLAINTEXT://127.0.0.1:{node.client},CONTROLLER://127.0.0.1:{node.controller}"
+        )
         assert props["log.dirs"] == str(tmp_path / f"d{node.node_id}")
-        for key in ("offsets.topic.replication.factor",
-                    "transaction.state.log.replication.factor", "default.replication.factor"):
+        for key in (
+            "offsets.topic.replication.factor",
+            "transaction.state.log.replication.factor",
+            "default.replication.factor",
+        ):
             assert props[key] == "3", key
         assert props["transaction.state.log.min.isr"] == props["min.insync.replicas"] == "2"
 
 
 def test_explicit_replication_is_kept_but_must_fit(tmp_path: Path) -> None:
-    base = StackSettings(home=tmp_path, kafka_port=20092, kafka_controller_port=20093,
-                         kafka_ssl_port=20094, redis_port=20379)
-    kept = layout.with_layout(Settings(stack=base, kafka=KafkaSettings(
-        replication_factor=2, min_insync_replicas=2)), brokers=3)
+    base = StackSettings(
+        home=tmp_path,
+        kafka_port=20092,
+        kafka_controller_port=20093,
+        kafka_ssl_port=20094,
+        redis_port=20379,
+    )
+    kept = layout.with_layout(
+        Settings(stack=base, kafka=KafkaSettings(replication_factor=2, min_insync_replicas=2)),
+        brokers=3,
+    )
     assert (kept.kafka.replication_factor, kept.kafka.min_insync_replicas) == (2, 2)
     with pytest.raises(StackError, match="replication_factor 1 loses partitions"):
-        layout.with_layout(Settings(stack=base, kafka=KafkaSettings(replication_factor=1)),
-                           brokers=3)
+        layout.with_layout(
+            Settings(stack=base, kafka=KafkaSettings(replication_factor=1)), brokers=3
+        )
     with pytest.raises(StackError, match="replication_factor is 3 but the stack has 1"):
-        layout.with_layout(Settings(stack=base, kafka=KafkaSettings(
-            replication_factor=3, min_insync_replicas=2)), brokers=1)
+        layout.with_layout(
+            Settings(stack=base, kafka=KafkaSettings(replication_factor=3, min_insync_replicas=2)),
+            brokers=1,
+        )
 
 
 def test_min_isr_above_replication_is_rejected() -> None:
@@ -87,9 +116,15 @@ def test_min_isr_above_replication_is_rejected() -> None:
 def test_layout_is_recorded_and_reused_without_flags(tmp_path: Path) -> None:
     settings = _cluster(tmp_path)
     layout.record_layout(settings)
-    plain = Settings(stack=StackSettings(home=tmp_path, kafka_port=20092,
-                                         kafka_controller_port=20093, kafka_ssl_port=20094,
-                                         redis_port=20379))
+    plain = Settings(
+        stack=StackSettings(
+            home=tmp_path,
+            kafka_port=20092,
+            kafka_controller_port=20093,
+            kafka_ssl_port=20094,
+            redis_port=20379,
+        )
+    )
     again = layout.with_layout(plain)
     assert again.stack.brokers == 3 and again.kafka.replication_factor == 3
     layout.forget_layout(tmp_path)
@@ -104,8 +139,9 @@ def test_secure_node_has_no_plaintext_listener(tmp_path: Path) -> None:
     text = render_server_properties(settings, node, tmp_path / "d", secure)
     props = _props(text)
     assert "PLAINTEXT" not in props["listeners"] + props["listener.security.protocol.map"]
-    assert props["listeners"] == ("SASL_SSL://127.0.0.1:20102,SSL://127.0.0.1:20104,"
-                                  "CONTROLLER://127.0.0.1:20103")
+    assert props["listeners"] == (
+        "SASL_SSL://127.0.0.1:20102,SSL://127.0.0.1:20104,CONTROLLER://127.0.0.1:20103"
+    )
     assert props["inter.broker.listener.name"] == "SSL"
     assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert props["listener.name.ssl.ssl.client.auth"] == "required"
@@ -180,6 +216,10 @@ def test_down_finds_every_node_of_the_recorded_layout_without_secrets(tmp_path: 
     layout.record_layout(layout.with_layout(_cluster(tmp_path), secure=True))
     lines: list[str] = []
     manager.down(Settings(stack=StackSettings(home=tmp_path)), lines.append)
-    assert lines == ["redis: not running", "kafka-1: not running", "kafka-2: not running",
-                     "kafka-3: not running"]
+    assert lines == [
+        "redis: not running",
+        "kafka-1: not running",
+        "kafka-2: not running",
+        "kafka-3: not running",
+    ]
     assert layout.recorded_layout(Settings(stack=StackSettings(home=tmp_path))) is None

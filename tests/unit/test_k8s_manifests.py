@@ -50,8 +50,10 @@ def generated(folder: Path) -> list[Doc]:
     """Secrets a kustomization's secretGenerator makes (names unhashed: the overlay says so)."""
     spec = load(folder / "kustomization.yaml")[0]
     assert not spec.get("secretGenerator") or spec["generatorOptions"]["disableNameSuffixHash"]
-    return [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": item["name"]}}
-            for item in spec.get("secretGenerator", [])]
+    return [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": item["name"]}}
+        for item in spec.get("secretGenerator", [])
+    ]
 
 
 def raw(folder: Path) -> list[Doc]:
@@ -63,8 +65,13 @@ def rendered(folder: Path) -> list[Doc]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("kubectl is not installed: the rendered overlay is not checked")
-    done = subprocess.run([kubectl, "kustomize", str(folder)], capture_output=True, text=True,
-                          check=False, timeout=120)
+    done = subprocess.run(
+        [kubectl, "kustomize", str(folder)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
@@ -81,7 +88,7 @@ def settings_of(docs: list[Doc]) -> Settings:
     """The Settings the ConfigMap's values give (secrets left out), parsed by pydantic."""
     values: dict[str, dict[str, str]] = {}
     for key, value in config(docs).items():
-        section, _, field = key[len(PREFIX):].lower().partition("__")
+        section, _, field = key[len(PREFIX) :].lower().partition("__")
         values.setdefault(section, {})[field] = value
     kafka = values.setdefault("kafka", {})
     if kafka.get("security_protocol", "").startswith("SASL_"):
@@ -136,9 +143,12 @@ def check_references(docs: list[Doc]) -> None:
     for (kind, name), service in by_key.items():
         if kind != "Service":
             continue
-        matching = [w for w in workloads.values()
-                    if service["spec"]["selector"].items()
-                    <= w["spec"]["template"]["metadata"]["labels"].items()]
+        matching = [
+            w
+            for w in workloads.values()
+            if service["spec"]["selector"].items()
+            <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
         assert len(matching) == 1, f"Service {name} selects {len(matching)} workloads"
         ports = {p["name"] for c in containers(matching[0]) for p in c.get("ports", [])}
         for port in service["spec"]["ports"]:
@@ -148,8 +158,10 @@ def check_references(docs: list[Doc]) -> None:
     assert by_key[("Service", worker["spec"]["serviceName"])]["spec"]["clusterIP"] == "None"
     (container,) = containers(worker)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"web": settings.worker.web_port,
-                     "metrics": settings.observability.metrics_port}
+    assert ports == {
+        "web": settings.worker.web_port,
+        "metrics": settings.observability.metrics_port,
+    }
     assert settings.worker.web_host == settings.observability.metrics_host == "0.0.0.0"
     assert container["readinessProbe"]["httpGet"]["path"] == "/babelstream/ready"
     assert container["livenessProbe"]["httpGet"]["path"] != "/babelstream/ready"
@@ -157,18 +169,22 @@ def check_references(docs: list[Doc]) -> None:
     assert instance_id["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert settings.worker.static_membership
     pdbs = [doc for doc in docs if doc["kind"] == "PodDisruptionBudget"]
-    assert any(pdb["spec"]["selector"]["matchLabels"].items()
-               <= worker["spec"]["template"]["metadata"]["labels"].items() for pdb in pdbs)
+    assert any(
+        pdb["spec"]["selector"]["matchLabels"].items()
+        <= worker["spec"]["template"]["metadata"]["labels"].items()
+        for pdb in pdbs
+    )
     dashboard = containers(by_key[("Deployment", "babelstream-dashboard")])[0]
     assert dashboard["ports"][0]["containerPort"] == settings.dashboard.port
     if "Kafka" in names:
         check_cluster(by_key, settings, secrets)
 
 
-def check_cluster(by_key: dict[tuple[str, str], Doc], settings: Settings,
-                  secrets: set[str]) -> None:
+def check_cluster(
+    by_key: dict[tuple[str, str], Doc], settings: Settings, secrets: set[str]
+) -> None:
     """Strimzi Kafka, topics, user and the KEDA scaler agree with the settings."""
-    ((_, kafka_name), kafka), = [(k, d) for k, d in by_key.items() if k[0] == "Kafka"]
+    (((_, kafka_name), kafka),) = [(k, d) for k, d in by_key.items() if k[0] == "Kafka"]
     kafka_config = kafka["spec"]["kafka"]["config"]
     assert kafka_config["default.replication.factor"] == settings.kafka.replication_factor == 3
     assert kafka_config["min.insync.replicas"] == settings.kafka.min_insync_replicas == 2
@@ -177,8 +193,11 @@ def check_cluster(by_key: dict[tuple[str, str], Doc], settings: Settings,
     pools = [d for k, d in by_key.items() if k[0] == "KafkaNodePool"]
     assert sum(p["spec"]["replicas"] for p in pools if "broker" in p["spec"]["roles"]) >= 3
     bootstrap = f"{kafka_name}-kafka-bootstrap"
-    (listener,) = [item for item in kafka["spec"]["kafka"]["listeners"]
-                   if settings.kafka.bootstrap_servers == f"{bootstrap}:{item['port']}"]
+    (listener,) = [
+        item
+        for item in kafka["spec"]["kafka"]["listeners"]
+        if settings.kafka.bootstrap_servers == f"{bootstrap}:{item['port']}"
+    ]
     assert listener["tls"] and listener["authentication"]["type"] == "scram-sha-512"
     assert settings.kafka.security_protocol == "SASL_SSL"
     assert settings.kafka.sasl_mechanism == "SCRAM-SHA-512"
@@ -192,7 +211,8 @@ def check_cluster(by_key: dict[tuple[str, str], Doc], settings: Settings,
         assert topic["spec"]["partitions"] == specs[name].partitions, name
         assert topic["spec"]["replicas"] == settings.kafka.replication_factor, name
         assert topic["spec"]["config"]["min.insync.replicas"] == str(
-            settings.kafka.min_insync_replicas), name
+            settings.kafka.min_insync_replicas
+        ), name
     (scaled,) = [d for k, d in by_key.items() if k[0] == "ScaledObject"]
     target = scaled["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) in by_key
@@ -245,7 +265,8 @@ def test_cluster_overlay_resources_reference_each_other() -> None:
     patched = index(load(CLUSTER / "patches" / "config.yaml"))
     by_key = index(docs)
     by_key[("ConfigMap", "babelstream-config")]["data"].update(
-        patched[("ConfigMap", "babelstream-config")]["data"])
+        patched[("ConfigMap", "babelstream-config")]["data"]
+    )
     check_references(list(by_key.values()))
 
 
@@ -256,6 +277,7 @@ def test_rendered_kustomization_references(folder: Path) -> None:
     if folder == CLUSTER:
         for (kind, _), doc in index(docs).items():
             if kind in WORKLOADS and doc["metadata"]["labels"].get(
-                    "app.kubernetes.io/component") in {"worker", "sla", "dashboard"}:
+                "app.kubernetes.io/component"
+            ) in {"worker", "sla", "dashboard"}:
                 env = {e["name"] for e in containers(doc)[0]["env"]}
                 assert {"BABELSTREAM_KAFKA__SASL_PASSWORD", "BABELSTREAM_REDIS__PASSWORD"} <= env

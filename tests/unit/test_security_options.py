@@ -29,8 +29,13 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sasl_ssl(ca: Path) -> KafkaSettings:
-    return KafkaSettings(bootstrap_servers="h1:9093,h2:9093", security_protocol="SASL_SSL",
-                         sasl_username="app", sasl_password=SecretStr(PASSWORD), ssl_cafile=ca)
+    return KafkaSettings(
+        bootstrap_servers="h1:9093,h2:9093",
+        security_protocol="SASL_SSL",
+        sasl_username="app",
+        sasl_password=SecretStr(PASSWORD),
+        ssl_cafile=ca,
+    )
 
 
 def test_plaintext_options_carry_no_security() -> None:
@@ -38,8 +43,10 @@ def test_plaintext_options_carry_no_security() -> None:
     assert options["security_protocol"] == "PLAINTEXT"
     assert not {"ssl_context", "sasl_plain_password"} & set(options)
     assert spark_kafka_options(KafkaSettings()) == {
-        "kafka.bootstrap.servers": "127.0.0.1:9092", "kafka.security.protocol": "PLAINTEXT",
-        "kafka.request.timeout.ms": "30000"}
+        "kafka.bootstrap.servers": "127.0.0.1:9092",
+        "kafka.security.protocol": "PLAINTEXT",
+        "kafka.request.timeout.ms": "30000",
+    }
     assert set(faust_app_options(KafkaSettings())) == {"broker"}
 
 
@@ -72,8 +79,9 @@ def test_faust_gets_sasl_credentials_with_the_tls_context(ca: Path) -> None:
 
 def test_faust_gets_ssl_credentials_for_mutual_tls(tmp_path: Path) -> None:
     tls = ensure_tls(tmp_path)
-    kafka = KafkaSettings(security_protocol="SSL", ssl_cafile=tls.ca,
-                          ssl_certfile=tls.client_keystore)
+    kafka = KafkaSettings(
+        security_protocol="SSL", ssl_cafile=tls.ca, ssl_certfile=tls.client_keystore
+    )
     credentials = faust_app_options(kafka)["broker_credentials"]
     assert isinstance(credentials, faust.SSLCredentials)
     assert credentials.protocol.value == "SSL"
@@ -94,18 +102,21 @@ def test_spark_options_use_pem_stores_and_a_quoted_jaas_line(
     assert options["kafka.ssl.truststore.location"] == str(ca)
     assert options["kafka.sasl.jaas.config"] == (
         "org.apache.kafka.common.security.scram.ScramLoginModule required "
-        'username="app" password="p\\"a\\\\ss-Ω";')
+        'username="app" password="p\\"a\\\\ss-Ω";'
+    )
 
 
 def test_spark_mutual_tls_needs_key_and_certificate_in_one_file(tmp_path: Path) -> None:
     tls = ensure_tls(tmp_path)
-    one_file = KafkaSettings(security_protocol="SSL", ssl_cafile=tls.ca,
-                             ssl_certfile=tls.client_keystore)
+    one_file = KafkaSettings(
+        security_protocol="SSL", ssl_cafile=tls.ca, ssl_certfile=tls.client_keystore
+    )
     options = spark_kafka_options(one_file)
     assert options["kafka.ssl.keystore.type"] == "PEM"
     assert options["kafka.ssl.keystore.location"] == str(tls.client_keystore)
-    two_files = one_file.model_copy(update={"ssl_certfile": tls.server_cert,
-                                            "ssl_keyfile": tls.server_key})
+    two_files = one_file.model_copy(
+        update={"ssl_certfile": tls.server_cert, "ssl_keyfile": tls.server_key}
+    )
     with pytest.raises(ValueError, match="in one PEM file"):
         spark_kafka_options(two_files)
 
@@ -116,8 +127,9 @@ def test_sasl_needs_credentials() -> None:
 
 
 def test_redis_tls_and_acl_user_from_settings(ca: Path) -> None:
-    settings = RedisSettings(url="rediss://cache:6380/0", username="app",
-                             password=SecretStr("pw"), ssl_ca_certs=ca)
+    settings = RedisSettings(
+        url="rediss://cache:6380/0", username="app", password=SecretStr("pw"), ssl_ca_certs=ca
+    )
     options = redis_options(settings)
     assert (options["username"], options["password"]) == ("app", "pw")
     assert options["ssl_ca_certs"] == str(ca) and options["ssl_check_hostname"] is True
