@@ -312,7 +312,7 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
         while not shell.readiness()[0]:
             await asyncio.sleep(0.2)
         details = shell.readiness()[1]
-        log.info("ready: worker %s of group %s serving %s", ctx.worker_name, app.conf.id,
+        log.info("ready: worker %s (group %s) serving %s", ctx.worker_name, app.conf.id,
                  "; ".join(f"{t} {p}" for t, p in details["assigned"].items()) or
                  "no partitions yet (more workers than partitions)")
 
