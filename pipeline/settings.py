@@ -202,7 +202,6 @@ class WorkerSettings(_Section):
     bulk_token_budget: int = Field(1024, ge=1)
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
-    concurrency: int = Field(1, ge=1)
     # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
     web_port: int = Field(6066, ge=0, le=65535)
     web_host: str = "127.0.0.1"

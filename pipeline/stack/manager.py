@@ -131,8 +131,8 @@ def _check_same_layout(settings: Settings) -> None:
                          f"it with {layout.describe(settings)}")
 
 
-def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
-    """Start whatever is not running, wait until healthy, create topics (idempotent).
+def start_services(settings: Settings, report: Reporter = quiet) -> None:
+    """Start whatever is not running and wait until healthy; create nothing in them.
 
     ``settings`` give the layout (``stack.brokers``, ``stack.secure``; the CLI
     applies its flags with :func:`pipeline.stack.layout.with_layout`). All
@@ -161,6 +161,11 @@ def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
                 service.pidfile.remove()
         raise
     layout.record_layout(settings)
+
+
+def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
+    """Start whatever is not running, wait until healthy, create topics (idempotent)."""
+    start_services(settings, report)
     clients = layout.client_settings(settings)
     specs = topic_specs(clients)
     ensured = ensure_topics(clients.kafka, specs)
