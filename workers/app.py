@@ -28,6 +28,7 @@ from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
+from pipeline.kafka_clients import faust_app_options
 from pipeline.offsets import TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
@@ -194,7 +195,7 @@ def create_app(
     w = s.worker
     app = faust.App(
         app_id,
-        broker=[f"kafka://{hp}" for hp in s.kafka.bootstrap_servers.split(",")],
+        **faust_app_options(s.kafka),  # brokers and, when secured, credentials
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
