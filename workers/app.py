@@ -97,7 +97,15 @@ class WorkerShell:
         """Admit, process, publish and mark done one micro-batch of one agent."""
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
-        admitted, tickets = await self.offsets.admit(events)
+        try:
+            admitted, tickets = await self.offsets.admit(events)
+        except Exception as exc:
+            # The group's offsets could not be read (broker away). Dropping these events is
+            # safe: nothing was taken, and the offset book seeks back when it sees the gap.
+            log.warning("could not admit %d events (%s); they will be fetched again",
+                        len(events), exc)
+            await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
+            return
         if not admitted:
             return
         if window is not None:
