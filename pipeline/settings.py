@@ -90,6 +90,17 @@ class EngineSettings(_Section):
     compute_type: str | None = None
     # CTranslate2 max_batch_size, counted in tokens (batch_type="tokens")
     max_batch_tokens: int = Field(4096, ge=1)
+    # Measure each model at start-up: the fastest compute type when it is auto, and
+    # the call-cost model batching cuts by; cached per model and machine in
+    # profile_cache (pipeline/engine/profile.py). Off: auto = int8 (CPU) /
+    # int8_float16 (GPU) and a rough default cost model.
+    profile: bool = True
+    profile_cache: Path = PROJECT_ROOT / "var" / "engine" / "profiles.json"
+    # compute types are timed on calls of (sequences, tokens) for profile_seconds each
+    profile_shape: tuple[int, int] = (32, 24)
+    profile_seconds: float = Field(2.0, gt=0)
+    # benchmark models (`babelstream models build-bench`) are registered here
+    bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 
 
 class WorkerSettings(_Section):
