@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -119,6 +119,17 @@ class WorkerSettings(_Section):
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
+_V = TypeVar("_V")
+
+
+def _check_pair_ids(value: dict[str, _V]) -> dict[str, _V]:
+    """A settings map keyed by pair id: every key must parse as one."""
+    for pair_id in value:
+        try:
+            Pair.parse(pair_id)
+        except ContractError as exc:
+            raise ValueError(str(exc)) from exc
+    return value
 
 
 class SlaSettings(_Section):
@@ -148,12 +159,7 @@ class SlaSettings(_Section):
     @field_validator("thresholds_ms")
     @classmethod
     def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
-        for pair_id in value:
-            try:
-                Pair.parse(pair_id)
-            except ContractError as exc:
-                raise ValueError(str(exc)) from exc
-        return value
+        return _check_pair_ids(value)
 
     @model_validator(mode="after")
     def _slide_within_window(self) -> SlaSettings:
@@ -217,6 +223,33 @@ class DashboardSettings(_Section):
     max_windows: int = Field(720, ge=1)
 
 
+class BatchingSettings(_Section):
+    """How workers shape engine calls (``pipeline/engine/adaptive.py``, ``batching.py``)."""
+
+    # adjust max_wait, batch size and token budget per pair from the latency
+    # objective, queueing delay, engine time and the SLA job's windows
+    adaptive: bool = False
+    # the latency objective (P95, ms) per pair id; others get default_p95_ms
+    p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
+    default_p95_ms: float = Field(1000.0, gt=0)
+    min_wait_s: float = Field(0.002, gt=0)
+    max_messages: int = Field(256, ge=1)
+    # bulk calls are cut so each is estimated to run at most this long: a running
+    # call cannot be pre-empted, so this bounds how long interactive work waits
+    bulk_max_call_s: float = Field(0.05, gt=0)
+    # bulk's share of engine time while interactive work is waiting
+    bulk_share: float = Field(0.2, gt=0, le=1)
+
+    @field_validator("p95_ms")
+    @classmethod
+    def _pair_ids(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_pair_ids(value)
+
+    def objective_ms(self, pair_id: str) -> float:
+        """The P95 latency objective of one pair."""
+        return self.p95_ms.get(pair_id, self.default_p95_ms)
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -237,6 +270,7 @@ class Settings(BaseSettings):
     sla: SlaSettings = SlaSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
+    batching: BatchingSettings = BatchingSettings()
 
     @classmethod
     def settings_customise_sources(

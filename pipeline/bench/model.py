@@ -213,7 +213,7 @@ def build_bench_model(
         source_tokenizer=output.resolve() / "spm.model",
         target_tokenizer=output.resolve() / "spm.model",
         model_id=f"bench-{output.name}",
-        source_suffix=("</s>",),
+        # no source_suffix: the Marian converter sets add_source_eos, CTranslate2 adds </s>
         compute_type="auto",
         max_input_tokens=512,
         max_output_tokens=512,

@@ -20,10 +20,10 @@ from pipeline.settings import load_settings
 NAIVE_TOPIC = "translate.bench.naive"
 
 
-def serve(topic: str, group: str, idle_exit_s: float) -> None:
+def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
     """Consume, translate one request, produce its result, commit; repeat until idle."""
     settings = load_settings()
-    translator = CTranslate2Translator.from_settings(settings.engine)
+    translator = CTranslate2Translator.from_settings(settings.engine, [pair_id])
     consumer = KafkaConsumer(
         topic, bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group,
         enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=1,
@@ -53,11 +53,12 @@ def serve(topic: str, group: str, idle_exit_s: float) -> None:
 @click.command()
 @click.option("--topic", default=NAIVE_TOPIC, show_default=True)
 @click.option("--group", required=True, help="Consumer group (fresh per run).")
+@click.option("--pair", "pair_id", required=True, help="The pair to load (SRC_TGT).")
 @click.option("--idle-exit", type=float, default=600.0, show_default=True,
               help="Exit after this many seconds without a message.")
-def main(topic: str, group: str, idle_exit: float) -> None:
+def main(topic: str, group: str, pair_id: str, idle_exit: float) -> None:
     """Serve the naive baseline until idle (started by ``babelstream bench naive``)."""
-    serve(topic, group, idle_exit)
+    serve(topic, group, pair_id, idle_exit)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,8 @@ def list_models(settings: Settings, as_json: bool, registry: Path | None) -> Non
 @click.option(
     "--source-suffix",
     multiple=True,
-    help="Token(s) put after the source [default: </s> for transformers/marian].",
+    help="Token(s) put after the source [default: </s> for transformers; marian models "
+    "get it from CTranslate2].",
 )
 @click.option("--compute-type", default="auto", show_default=True, help="Registry compute_type.")
 @click.option("--max-input-tokens", default=512, show_default=True, type=click.IntRange(2))
@@ -149,7 +150,8 @@ def _register(
             f"no SentencePiece model found in {model_dir}; copy it there and add the "
             f"registry entry by hand"
         )
-    suffix = source_suffix or (("</s>",) if kind in ("transformers", "marian") else ())
+    # CTranslate2's Marian converter sets add_source_eos (it appends </s> itself)
+    suffix = source_suffix or (("</s>",) if kind == "transformers" else ())
     entry = PairEntry(
         pair=pair,
         model_dir=model_dir,
@@ -186,6 +188,41 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
     --output DIR, --stages tokenizer,train,convert,eval, --fresh.
     """
     _run_in_train_env("pipeline.demo_model.build", list(build_args), train_python)
+
+
+@models.command("build-bench")
+@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Model directory [default: <bench registry dir>/opus-shaped].")
+@click.option("--pair", "pair_id", default="en_en-XB", show_default=True,
+              help="Pseudo pair the model is registered as.")
+@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="int8",
+              show_default=True)
+@click.option("--vocab-size", default=32000, show_default=True, type=click.IntRange(1000))
+@click.option("--seed", default=13, show_default=True)
+@click.pass_obj
+def build_bench(settings: Settings, output: Path | None, pair_id: str, quantization: str,
+                vocab_size: int, seed: int) -> None:
+    """Build an OPUS-MT-shaped model with random weights for benchmarks (no PyTorch).
+
+    d_model 512, 6+6 layers, 8 heads, FFN 2048 and a ~32k SentencePiece
+    vocabulary trained on generated sentences, written as a Marian .npz and
+    converted by CTranslate2's Marian converter; registered in the benchmark
+    registry (engine.bench_registry, under var/, not committed). Prints JSON.
+    """
+    from pipeline.bench.model import BenchModelShape, build_bench_model
+
+    try:
+        pair = Pair.parse(pair_id)
+    except ContractError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pair") from None
+    registry = settings.engine.bench_registry
+    built = build_bench_model(
+        output or registry.parent / "opus-shaped", registry, pair=pair,
+        shape=BenchModelShape(vocab_size=vocab_size), quantization=quantization, seed=seed,
+    )
+    click.echo(built.to_json())
+    click.echo(f"registered {pair.id} in {registry}; serve it with "
+               f"BABELSTREAM_ENGINE__REGISTRY={registry}", err=True)
 
 
 @models.command("eval-demo")

@@ -103,7 +103,7 @@ def fit_cost_model(timings: Sequence[Timing]) -> CostModel:
 
 
 def calibrate(
-    run: Callable[[int, int], float],
+    run: Callable[[int, int], object],
     shapes: Iterable[tuple[int, int]] = CALIBRATION_SHAPES,
     *,
     repeats: int = 2,

@@ -135,7 +135,7 @@ def measure_profile(
     else:
         chosen, speeds = requested, {}
     probe = load(chosen)
-    cost, timings = calibrate(lambda n, m: probe.run(n, m), clock=clock)
+    cost, timings = calibrate(probe.run, clock=clock)
     return EngineProfile(chosen, cost, speeds, timings, measured_at=time.time())
 
 

@@ -116,7 +116,7 @@ def test_next_sub_batch_is_encoded_before_the_model_finishes():
 
 def test_a_failing_call_keeps_the_others():
     fake = FakeTranslator(fail_on="e")
-    _, plan, outcomes = _run(EngineLane(fake), TEXTS)
+    _, _, outcomes = _run(EngineLane(fake), TEXTS)
     failed = [o for o in outcomes if o.error is not None]
     assert len(failed) == 1 and isinstance(failed[0].error, EngineError)
     assert failed[0].translations is None

@@ -1,0 +1,113 @@
+"""Which pair a bench measures, which registry serves it, and a worker started for it.
+
+Every bench takes ``--pair``: a pair of the project's registry (the demo
+model's ``en_en-XA``) or of the benchmark registry that ``babelstream models
+build-bench`` writes under ``var/`` (``en_en-XB``). A bench that starts its
+own worker refuses to run while another worker already consumes the pair's
+topic or the ingress topic: it would measure whichever worker answers first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.engine.registry import PairEntry, Registry
+from pipeline.errors import ConfigError
+from pipeline.kafka_clients import admin_client
+from pipeline.local_worker import WorkerProcess
+from pipeline.pairs import REQUESTS_TOPIC, pair_topic
+from pipeline.settings import KafkaSettings, Settings
+from pipeline.stack.topics import ensure_topics, pair_topic_specs
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """A pair to measure, its registry entry and the registry file that serves it."""
+
+    entry: PairEntry
+    registry: Path
+
+    @property
+    def pair_id(self) -> str:
+        return self.entry.pair.id
+
+    def settings(self, settings: Settings) -> Settings:
+        """``settings`` with this target's registry (what a worker for it must load)."""
+        engine = settings.engine.model_copy(update={"registry": self.registry})
+        return settings.model_copy(update={"engine": engine})
+
+    def env(self) -> dict[str, str]:
+        """Environment for processes that serve this pair (worker, naive consumer)."""
+        return {"BABELSTREAM_ENGINE__REGISTRY": str(self.registry)}
+
+
+def resolve_target(settings: Settings, pair_id: str) -> BenchTarget:
+    """The pair in the project's registry, else in the benchmark registry."""
+    searched = []
+    for path in (settings.engine.registry, settings.engine.bench_registry):
+        searched.append(str(path))
+        if not path.exists():
+            continue
+        registry = Registry.load(path)
+        if pair_id in registry.pairs:
+            (entry,) = registry.entries([pair_id])
+            return BenchTarget(entry, path)
+    hint = " (build it with `babelstream models build-bench`)" if pair_id.endswith("XB") else ""
+    raise ConfigError(f"pair {pair_id} is in neither {' nor '.join(searched)}{hint}")
+
+
+def consumers_of(kafka: KafkaSettings, topics: set[str]) -> dict[str, set[str]]:
+    """Consumer groups with a member assigned any of ``topics`` -> those topics."""
+    admin = admin_client(kafka, "bench-check")
+    try:
+        groups = [g["group_id"] for g in admin.list_groups()]
+        described = admin.describe_groups(groups) if groups else {}
+    finally:
+        admin.close()
+    return groups_assigned(described, topics)
+
+
+def groups_assigned(described: dict[str, Any], topics: set[str]) -> dict[str, set[str]]:
+    """From ``describe_groups`` output: groups whose members hold partitions of ``topics``."""
+    found: dict[str, set[str]] = {}
+    for group_id, group in described.items():
+        for member in group.get("members", []):
+            assignment = member.get("member_assignment")
+            if not isinstance(assignment, dict):
+                continue
+            for assigned in assignment.get("assigned_partitions", []):
+                if assigned.get("topic") in topics and assigned.get("partitions"):
+                    found.setdefault(group_id, set()).add(assigned["topic"])
+    return found
+
+
+def refuse_if_served(kafka: KafkaSettings, pair_id: str) -> None:
+    """ConfigError (one line) when another worker already consumes the pair or the ingress."""
+    busy = consumers_of(kafka, {pair_topic(pair_id), REQUESTS_TOPIC})
+    if busy:
+        who = "; ".join(f"group {g} consumes {', '.join(sorted(t))}" for g, t in busy.items())
+        raise ConfigError(
+            f"another worker is running ({who}); stop it first, or the bench would measure "
+            "whichever worker answers"
+        )
+
+
+@contextmanager
+def bench_worker(
+    settings: Settings, target: BenchTarget, log_name: str, env: dict[str, str] | None = None,
+) -> Iterator[None]:
+    """A worker for the target pair alone, started for this bench and stopped after it.
+
+    ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables).
+    """
+    refuse_if_served(settings.kafka, target.pair_id)
+    ensure_topics(settings.kafka, pair_topic_specs(settings.kafka, target.entry.pair))
+    log_path = settings.stack.home / "log" / log_name
+    worker = WorkerProcess(settings, log_path=log_path, pairs=[target.pair_id],
+                           env={**target.env(), **(env or {})}, probe_pair=target.entry.pair)
+    with worker:
+        yield
