@@ -121,7 +121,30 @@ def test_profile_measures_the_chosen_type_and_caches_it(tmp_path):
 
 
 def test_candidates_follow_the_device():
+    # int8 is int8_float32 on CPU: timed once
     assert candidates("cpu", {"int8", "float32", "int8_float32", "float16"}) == [
-        "int8", "int8_float32", "float32"]
+        "int8", "float32"]
     assert candidates("cuda", {"float16", "int8_float16", "float32"}) == [
         "int8_float16", "float16"]
+
+
+def test_a_load_burst_does_not_decide_the_choice():
+    """Candidates take turns and are judged by their fastest call."""
+    clock = FakeClock()
+
+    class Bursty(FakeEngine):
+        def __init__(self, cost: CostModel, burst_on: set[int]) -> None:
+            super().__init__(clock, cost)
+            self.burst_on = burst_on
+
+        def run(self, n: int, max_len: int) -> None:
+            super().run(n, max_len)
+            if len(self.calls) in self.burst_on:
+                clock.now += 1.0  # someone else had the CPU
+
+    engines = {"int8": Bursty(CostModel(0.0, 0.0, 1e-4), {2}),  # fast, but hit once
+               "float32": Bursty(CostModel(0.0, 0.0, 2e-4), set())}
+    choice = choose_compute_type(["int8", "float32"], engines.__getitem__, shape=(10, 10),
+                                 min_seconds=0.05, clock=clock)
+    assert choice.compute_type == "int8"
+    assert len(engines["int8"].calls) == len(engines["float32"].calls)  # turns
