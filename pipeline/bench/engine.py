@@ -19,8 +19,6 @@ from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import CTranslate2Translator, PreparedText
 from pipeline.pairs import Pair
 
-BATCH_SIZES = (1, 8, 32, 64)
-
 
 def generated_sentences(n: int, seed: int = 7) -> list[str]:
     """``n`` held-out generated sentences of 3-40 words."""

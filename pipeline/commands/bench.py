@@ -107,13 +107,16 @@ def _sizes(translator: Any, pair: Any, n: int | None, seconds: float, lo: int, h
 @_common
 @click.option("--seconds", default=3.0, show_default=True, help="Minimum time per configuration.")
 @click.option("--sentences", default=256, show_default=True, type=click.IntRange(64))
+@click.option("--batch-sizes", default="1,8,32,64", show_default=True)
+@click.option("--compute-types", default=None,
+              help="Comma-separated (default: the candidates of compute_type=auto here).")
 @click.pass_obj
-def engine(settings: Settings, pair_id: str, as_json: bool, seconds: float,
-           sentences: int) -> None:
-    """Raw engine: batch sizes 1-64 per compute type, the measured profile and call costs."""
+def engine(settings: Settings, pair_id: str, as_json: bool, seconds: float, sentences: int,
+           batch_sizes: str, compute_types: str | None) -> None:
+    """Raw engine: batch sizes per compute type, the measured profile and call costs."""
     import ctranslate2
 
-    from pipeline.bench.engine import BATCH_SIZES, generated_sentences, measure_fixed
+    from pipeline.bench.engine import generated_sentences, measure_fixed
     from pipeline.engine.profile import candidates
     from pipeline.engine.translator import CTranslate2Translator
 
@@ -124,14 +127,15 @@ def engine(settings: Settings, pair_id: str, as_json: bool, seconds: float,
     texts = generated_sentences(sentences)
     e = ctx.settings.engine
     runs: dict[str, Any] = {}
-    for ctype in candidates(profiled.device, ctranslate2.get_supported_compute_types(
-            profiled.device)):
+    types = (compute_types.split(",") if compute_types else candidates(
+        profiled.device, ctranslate2.get_supported_compute_types(profiled.device)))
+    for ctype in types:
         translator = CTranslate2Translator(
             [ctx.target.entry], device=e.device, compute_type=ctype,
             inter_threads=e.inter_threads, intra_threads=e.intra_threads, beam_size=e.beam_size,
         )
         prepared = translator.prepare(texts, pair)
-        for size in BATCH_SIZES:
+        for size in (int(b) for b in batch_sizes.split(",")):
             figures = measure_fixed(translator, pair, prepared, batch_size=size,
                                     min_seconds=seconds)
             runs[f"{ctype}/batch{size}"] = figures
