@@ -35,8 +35,9 @@ from pipeline.stack.topics import TopicSpec, ensure_topics
 def fresh_requests(texts: Sequence[str], target: BenchTarget) -> list[TranslationRequest]:
     """Requests for ``texts`` under a tenant of their own (no cache entry can answer them)."""
     tenant = f"bench-{uuid.uuid4().hex[:8]}"
-    return build_requests(list(texts), target.entry.pair,
-                          RequestOptions(timeout_ms=3_600_000, tenant=tenant))
+    return build_requests(
+        list(texts), target.entry.pair, RequestOptions(timeout_ms=3_600_000, tenant=tenant)
+    )
 
 
 def worker_stats(settings: Settings) -> dict[str, Any]:
@@ -49,11 +50,15 @@ def worker_stats(settings: Settings) -> dict[str, Any]:
 
 def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """Engine batch sizes and padding of what ran between two stats snapshots."""
-    sizes = {k: v - before["engine_batch_sizes"].get(k, 0)
-             for k, v in after["engine_batch_sizes"].items()}
+    sizes = {
+        k: v - before["engine_batch_sizes"].get(k, 0)
+        for k, v in after["engine_batch_sizes"].items()
+    }
     texts = after["engine_texts"] - before["engine_texts"]
-    padded = (after["padding_ratio"] * after["engine_texts"]
-              - before["padding_ratio"] * before["engine_texts"])
+    padded = (
+        after["padding_ratio"] * after["engine_texts"]
+        - before["padding_ratio"] * before["engine_texts"]
+    )
     return {
         "padding_ratio": round(padded / texts, 4) if texts else 0.0,
         "engine_batch_sizes": {k: v for k, v in sizes.items() if v},
@@ -61,14 +66,18 @@ def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 
 
 def measure_e2e(
-    settings: Settings, target: BenchTarget, texts: Sequence[str], rate: float | None = None,
+    settings: Settings,
+    target: BenchTarget,
+    texts: Sequence[str],
+    rate: float | None = None,
 ) -> LoadFigures:
     """The requests through a running worker (started by the caller), at ``rate`` or at once."""
     before = worker_stats(settings)
     report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
     after = worker_stats(settings)
-    return LoadFigures.from_summary(report.summary(), **stats_delta(before, after),
-                                    offered_rps=rate)
+    return LoadFigures.from_summary(
+        report.summary(), **stats_delta(before, after), offered_rps=rate
+    )
 
 
 @contextmanager
@@ -81,14 +90,24 @@ def naive_consumer(settings: Settings, target: BenchTarget) -> Iterator[None]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.bench.naive", "--group", group,
-             "--pair", target.pair_id],
-            env={**os.environ, **target.env()}, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "pipeline.bench.naive",
+                "--group",
+                group,
+                "--pair",
+                target.pair_id,
+            ],
+            env={**os.environ, **target.env()},
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     try:
         # Warm-up: model loaded and partitions assigned before the clock starts.
-        warm = run_load(settings.kafka, fresh_requests(["ready?"], target), topic=NAIVE_TOPIC,
-                        timeout_s=300)
+        warm = run_load(
+            settings.kafka, fresh_requests(["ready?"], target), topic=NAIVE_TOPIC, timeout_s=300
+        )
         if warm.replies.missing:
             raise EngineError(f"the naive consumer did not answer its warm-up; see {log_path}")
         yield
@@ -98,13 +117,17 @@ def naive_consumer(settings: Settings, target: BenchTarget) -> Iterator[None]:
 
 
 def measure_naive(
-    settings: Settings, target: BenchTarget, texts: Sequence[str], rate: float | None = None,
+    settings: Settings,
+    target: BenchTarget,
+    texts: Sequence[str],
+    rate: float | None = None,
 ) -> LoadFigures:
     """One-at-a-time consumer on the same texts and model."""
     with naive_consumer(settings, target):
-        report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate,
-                          topic=NAIVE_TOPIC)
+        report = run_load(
+            settings.kafka, fresh_requests(texts, target), rate=rate, topic=NAIVE_TOPIC
+        )
     summary = report.summary()
-    return LoadFigures.from_summary(summary, padding_ratio=0.0,
-                                    engine_batch_sizes={"1": summary["results"]},
-                                    offered_rps=rate)
+    return LoadFigures.from_summary(
+        summary, padding_ratio=0.0, engine_batch_sizes={"1": summary["results"]}, offered_rps=rate
+    )

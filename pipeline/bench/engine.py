@@ -65,7 +65,9 @@ def measure_fixed(
 
 
 def measure_ceiling(
-    translator: CTranslate2Translator, pair: Pair, texts: Sequence[str],
+    translator: CTranslate2Translator,
+    pair: Pair,
+    texts: Sequence[str],
     batcher: TokenBudgetBatcher,
 ) -> EngineFigures:
     """``texts`` tokenised once, planned by ``batcher`` and translated call by call.

@@ -39,17 +39,21 @@ def make_documents(n: int, seed: int = 11) -> list[str]:
     for _ in range(n):
         sentences = [generator.sentence() for _ in range(rng.randint(2, 6))]
         cut = rng.randint(1, len(sentences))
-        docs.append(" ".join(sentences[:cut]) + ("\n\n" + " ".join(sentences[cut:])
-                                                 if cut < len(sentences) else ""))
+        docs.append(
+            " ".join(sentences[:cut])
+            + ("\n\n" + " ".join(sentences[cut:]) if cut < len(sentences) else "")
+        )
     return docs
 
 
-def interactive(settings: Settings, target: BenchTarget, n: int, rate: float,
-                seed: int) -> LoadFigures:
+def interactive(
+    settings: Settings, target: BenchTarget, n: int, rate: float, seed: int
+) -> LoadFigures:
     """Paced interactive load (each request stamped when it is sent, so latency is real)."""
     requests = fresh_requests(make_texts(n, 0.0, seed=seed), target)
-    return LoadFigures.from_summary(run_load(settings.kafka, requests, rate=rate).summary(),
-                                    offered_rps=rate)
+    return LoadFigures.from_summary(
+        run_load(settings.kafka, requests, rate=rate).summary(), offered_rps=rate
+    )
 
 
 def wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 300.0) -> None:
@@ -66,21 +70,37 @@ def wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 300.0)
 class BackgroundBulk:
     """``babelstream bulk run`` in a process of its own, as users run it; stopped on request."""
 
-    def __init__(self, target: BenchTarget, docs: int, max_in_flight: int,
-                 work_dir: Path) -> None:
+    def __init__(self, target: BenchTarget, docs: int, max_in_flight: int, work_dir: Path) -> None:
         corpus = work_dir / "bulk-corpus.parquet"
         pq.write_table(pa.table({"text": make_documents(docs)}), corpus)
         job_id = f"bench-{uuid.uuid4().hex[:8]}"
         pair = target.entry.pair
         self.state = JobState(work_dir / "state", job_id)
         self._command = [
-            sys.executable, "-m", "pipeline", "bulk", "run", str(corpus),
-            "--src", pair.source, "--tgt", pair.target,
-            "--output", str(work_dir / "bulk-out.parquet"), "--job-id", job_id,
-            "--tenant", job_id, "--max-in-flight", str(max_in_flight),
+            sys.executable,
+            "-m",
+            "pipeline",
+            "bulk",
+            "run",
+            str(corpus),
+            "--src",
+            pair.source,
+            "--tgt",
+            pair.target,
+            "--output",
+            str(work_dir / "bulk-out.parquet"),
+            "--job-id",
+            job_id,
+            "--tenant",
+            job_id,
+            "--max-in-flight",
+            str(max_in_flight),
         ]
-        self._env = {**os.environ, **target.env(),
-                     "BABELSTREAM_BULK__STATE_DIR": str(work_dir / "state")}
+        self._env = {
+            **os.environ,
+            **target.env(),
+            "BABELSTREAM_BULK__STATE_DIR": str(work_dir / "state"),
+        }
         self._log = work_dir / "bulk.log"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -94,8 +114,9 @@ class BackgroundBulk:
     def start(self, warm_segments: int, timeout_s: float = 300.0) -> None:
         """Start, and return once the worker is busy with it."""
         with self._log.open("wb") as out:
-            self._proc = subprocess.Popen(self._command, env=self._env, stdout=out,
-                                          stderr=subprocess.STDOUT)
+            self._proc = subprocess.Popen(
+                self._command, env=self._env, stdout=out, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout_s
         while self.completed() < warm_segments and time.monotonic() < deadline:
             if not self.running:

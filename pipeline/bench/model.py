@@ -152,16 +152,21 @@ def marian_weights(shape: BenchModelShape, vocab: int, seed: int) -> dict[str, n
 
     def ffn(prefix: str) -> dict[str, np.ndarray]:
         return {
-            f"{prefix}_W1": matrix(d, f), f"{prefix}_b1": zeros(f),
-            f"{prefix}_W2": matrix(f, d), f"{prefix}_b2": zeros(d),
+            f"{prefix}_W1": matrix(d, f),
+            f"{prefix}_b1": zeros(f),
+            f"{prefix}_W2": matrix(f, d),
+            f"{prefix}_b2": zeros(d),
         } | norm(f"{prefix}_ffn")
 
     weights: dict[str, np.ndarray] = {"Wemb": matrix(vocab, d)}
     for i in range(1, shape.encoder_layers + 1):
         weights |= attention(f"encoder_l{i}_self") | ffn(f"encoder_l{i}_ffn")
     for i in range(1, shape.decoder_layers + 1):
-        weights |= (attention(f"decoder_l{i}_self") | attention(f"decoder_l{i}_context")
-                    | ffn(f"decoder_l{i}_ffn"))
+        weights |= (
+            attention(f"decoder_l{i}_self")
+            | attention(f"decoder_l{i}_context")
+            | ffn(f"decoder_l{i}_ffn")
+        )
     weights["decoder_ff_logit_out_b"] = zeros(vocab)
     return weights
 

@@ -24,8 +24,14 @@ def plot_curve(points: Sequence[LoadFigures], path: Path, title: str) -> Path:
         ax.plot(throughput, [getattr(p, key) for p in points], marker="o", label=label)
     for p in points:
         if p.offered_rps is not None:
-            ax.annotate(f"{p.offered_rps:.3g}", (p.throughput_rps, p.p99_ms), fontsize=7,
-                        textcoords="offset points", xytext=(0, 5), ha="center")
+            ax.annotate(
+                f"{p.offered_rps:.3g}",
+                (p.throughput_rps, p.p99_ms),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(0, 5),
+                ha="center",
+            )
     ax.set_xlabel("throughput (requests/s)")
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("log")

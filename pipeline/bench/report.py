@@ -40,12 +40,25 @@ class Machine:
         cpu_model = platform.processor() or platform.machine()
         try:
             with open("/proc/cpuinfo", encoding="utf-8") as info:
-                cpu_model = next((line.split(":", 1)[1].strip() for line in info
-                                  if line.startswith("model name")), cpu_model)
+                cpu_model = next(
+                    (
+                        line.split(":", 1)[1].strip()
+                        for line in info
+                        if line.startswith("model name")
+                    ),
+                    cpu_model,
+                )
         except OSError:
             pass
-        return cls(cpus, cpu_model, platform.platform(), platform.python_version(),
-                   ctranslate2.__version__, round(load, 2), load > cpus / 2)
+        return cls(
+            cpus,
+            cpu_model,
+            platform.platform(),
+            platform.python_version(),
+            ctranslate2.__version__,
+            round(load, 2),
+            load > cpus / 2,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +83,19 @@ class RunSettings:
     def of(cls, settings: Settings, entry: PairEntry) -> RunSettings:
         e, w = settings.engine, settings.worker
         return cls(
-            pair=entry.pair.id, model_id=entry.model_id, decoding=entry.decoding,
-            device=e.device, compute_type=e.compute_type or entry.compute_type,
-            inter_threads=e.inter_threads, intra_threads=e.intra_threads, beam_size=e.beam_size,
-            max_messages=w.max_messages, max_wait_s=w.max_wait_s, token_budget=w.token_budget,
-            bulk_max_messages=w.bulk_max_messages, bulk_token_budget=w.bulk_token_budget,
+            pair=entry.pair.id,
+            model_id=entry.model_id,
+            decoding=entry.decoding,
+            device=e.device,
+            compute_type=e.compute_type or entry.compute_type,
+            inter_threads=e.inter_threads,
+            intra_threads=e.intra_threads,
+            beam_size=e.beam_size,
+            max_messages=w.max_messages,
+            max_wait_s=w.max_wait_s,
+            token_budget=w.token_budget,
+            bulk_max_messages=w.bulk_max_messages,
+            bulk_token_budget=w.bulk_token_budget,
         )
 
 

@@ -98,7 +98,10 @@ def refuse_if_served(kafka: KafkaSettings, pair_id: str) -> None:
 
 @contextmanager
 def bench_worker(
-    settings: Settings, target: BenchTarget, log_name: str, env: dict[str, str] | None = None,
+    settings: Settings,
+    target: BenchTarget,
+    log_name: str,
+    env: dict[str, str] | None = None,
 ) -> Iterator[None]:
     """A worker for the target pair alone, started for this bench and stopped after it.
 
@@ -107,7 +110,12 @@ def bench_worker(
     refuse_if_served(settings.kafka, target.pair_id)
     ensure_topics(settings.kafka, pair_topic_specs(settings.kafka, target.entry.pair))
     log_path = settings.stack.home / "log" / log_name
-    worker = WorkerProcess(settings, log_path=log_path, pairs=[target.pair_id],
-                           env={**target.env(), **(env or {})}, probe_pair=target.entry.pair)
+    worker = WorkerProcess(
+        settings,
+        log_path=log_path,
+        pairs=[target.pair_id],
+        env={**target.env(), **(env or {})},
+        probe_pair=target.entry.pair,
+    )
     with worker:
         yield

@@ -37,16 +37,29 @@ def bench() -> None:
 def _common(f: F) -> F:
     f = click.option("--json", "as_json", is_flag=True, help="Print the report on one line.")(f)
     return click.option(
-        "--pair", "pair_id", default=DEMO_PAIR.id, show_default=True,
+        "--pair",
+        "pair_id",
+        default=DEMO_PAIR.id,
+        show_default=True,
         help="Pair to measure (en_en-XB: the model of `babelstream models build-bench`).",
     )(f)
 
 
 def _workload(f: F) -> F:
-    f = click.option("--repeat-ratio", type=click.FloatRange(0, 0.99), default=0.0,
-                     show_default=True, help="Share of requests that repeat earlier ones.")(f)
-    return click.option("--requests", "n", type=click.IntRange(1), default=None,
-                        help="Requests (default: sized from the model's call cost).")(f)
+    f = click.option(
+        "--repeat-ratio",
+        type=click.FloatRange(0, 0.99),
+        default=0.0,
+        show_default=True,
+        help="Share of requests that repeat earlier ones.",
+    )(f)
+    return click.option(
+        "--requests",
+        "n",
+        type=click.IntRange(1),
+        default=None,
+        help="Requests (default: sized from the model's call cost).",
+    )(f)
 
 
 def _emit(report: Any, as_json: bool) -> None:
@@ -82,16 +95,22 @@ class _Context:
 
         notes = list(kwargs.pop("notes", []))
         if self.machine.under_load:
-            notes.insert(0, f"measured under load: load average {self.machine.load_avg_1m} "
-                            f"on {self.machine.cpus} cores when the run started")
+            notes.insert(
+                0,
+                f"measured under load: load average {self.machine.load_avg_1m} "
+                f"on {self.machine.cpus} cores when the run started",
+            )
         if self.target.entry.decoding == "input_length":
-            notes.append("decoding=input_length: random weights never stop, so every sequence "
-                         "of a call decodes exactly as many tokens as the call's longest source")
+            notes.append(
+                "decoding=input_length: random weights never stop, so every sequence "
+                "of a call decodes exactly as many tokens as the call's longest source"
+            )
         return BenchReport(name, self.machine, self.run_settings, runs, notes=notes, **kwargs)
 
 
-def _sizes(translator: Any, pair: Any, n: int | None, seconds: float, lo: int, hi: int,
-           batch: int) -> int:
+def _sizes(
+    translator: Any, pair: Any, n: int | None, seconds: float, lo: int, hi: int, batch: int
+) -> int:
     """``n``, or as many requests as the engine handles in about ``seconds`` at ``batch``."""
     if n is not None:
         return n
@@ -108,11 +127,21 @@ def _sizes(translator: Any, pair: Any, n: int | None, seconds: float, lo: int, h
 @click.option("--seconds", default=3.0, show_default=True, help="Minimum time per configuration.")
 @click.option("--sentences", default=256, show_default=True, type=click.IntRange(64))
 @click.option("--batch-sizes", default="1,8,32,64", show_default=True)
-@click.option("--compute-types", default=None,
-              help="Comma-separated (default: the candidates of compute_type=auto here).")
+@click.option(
+    "--compute-types",
+    default=None,
+    help="Comma-separated (default: the candidates of compute_type=auto here).",
+)
 @click.pass_obj
-def engine(settings: Settings, pair_id: str, as_json: bool, seconds: float, sentences: int,
-           batch_sizes: str, compute_types: str | None) -> None:
+def engine(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    seconds: float,
+    sentences: int,
+    batch_sizes: str,
+    compute_types: str | None,
+) -> None:
     """Raw engine: batch sizes per compute type, the measured profile and call costs."""
     import ctranslate2
 
@@ -127,25 +156,40 @@ def engine(settings: Settings, pair_id: str, as_json: bool, seconds: float, sent
     texts = generated_sentences(sentences)
     e = ctx.settings.engine
     runs: dict[str, Any] = {}
-    types = (compute_types.split(",") if compute_types else candidates(
-        profiled.device, ctranslate2.get_supported_compute_types(profiled.device)))
+    types = (
+        compute_types.split(",")
+        if compute_types
+        else candidates(profiled.device, ctranslate2.get_supported_compute_types(profiled.device))
+    )
     for ctype in types:
         translator = CTranslate2Translator(
-            [ctx.target.entry], device=e.device, compute_type=ctype,
-            inter_threads=e.inter_threads, intra_threads=e.intra_threads, beam_size=e.beam_size,
+            [ctx.target.entry],
+            device=e.device,
+            compute_type=ctype,
+            inter_threads=e.inter_threads,
+            intra_threads=e.intra_threads,
+            beam_size=e.beam_size,
         )
         prepared = translator.prepare(texts, pair)
         for size in (int(b) for b in batch_sizes.split(",")):
-            figures = measure_fixed(translator, pair, prepared, batch_size=size,
-                                    min_seconds=seconds)
+            figures = measure_fixed(
+                translator, pair, prepared, batch_size=size, min_seconds=seconds
+            )
             runs[f"{ctype}/batch{size}"] = figures
             if not as_json:
-                click.echo(f"  {ctype:<13} batch {size:>3}: {figures.sentences_per_s:>8.2f} "
-                           f"sent/s {figures.tokens_per_s:>9.1f} tok/s", err=True)
-    best = {ct: max(f.sentences_per_s for k, f in runs.items() if k.startswith(ct + "/"))
-            for ct in {k.split("/")[0] for k in runs}}
-    ratios = {f"{ct}_batching_gain": round(best[ct] / runs[f"{ct}/batch1"].sentences_per_s, 2)
-              for ct in best}
+                click.echo(
+                    f"  {ctype:<13} batch {size:>3}: {figures.sentences_per_s:>8.2f} "
+                    f"sent/s {figures.tokens_per_s:>9.1f} tok/s",
+                    err=True,
+                )
+    best = {
+        ct: max(f.sentences_per_s for k, f in runs.items() if k.startswith(ct + "/"))
+        for ct in {k.split("/")[0] for k in runs}
+    }
+    ratios = {
+        f"{ct}_batching_gain": round(best[ct] / runs[f"{ct}/batch1"].sentences_per_s, 2)
+        for ct in best
+    }
     extra = {"profile": profile.to_json() if profile else None}
     _emit(ctx.report("engine", runs, ratios=ratios, extra=extra), as_json)
 
@@ -153,11 +197,21 @@ def engine(settings: Settings, pair_id: str, as_json: bool, seconds: float, sent
 @bench.command()
 @_common
 @_workload
-@click.option("--rate", type=float, default=None,
-              help="Requests per second (default: all at once = saturation).")
+@click.option(
+    "--rate",
+    type=float,
+    default=None,
+    help="Requests per second (default: all at once = saturation).",
+)
 @click.pass_obj
-def e2e(settings: Settings, pair_id: str, as_json: bool, n: int | None, repeat_ratio: float,
-        rate: float | None) -> None:
+def e2e(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    n: int | None,
+    repeat_ratio: float,
+    rate: float | None,
+) -> None:
     """Whole pipeline: router, micro-batching, dedup, caches (starts and stops a worker)."""
     from pipeline.bench.e2e import measure_e2e
     from pipeline.bench.target import bench_worker
@@ -176,11 +230,21 @@ def e2e(settings: Settings, pair_id: str, as_json: bool, n: int | None, repeat_r
 @bench.command()
 @_common
 @_workload
-@click.option("--rate", type=float, default=None,
-              help="Requests per second (default: all at once = saturation).")
+@click.option(
+    "--rate",
+    type=float,
+    default=None,
+    help="Requests per second (default: all at once = saturation).",
+)
 @click.pass_obj
-def naive(settings: Settings, pair_id: str, as_json: bool, n: int | None, repeat_ratio: float,
-          rate: float | None) -> None:
+def naive(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    n: int | None,
+    repeat_ratio: float,
+    rate: float | None,
+) -> None:
     """Baseline: a plain kafka-python consumer translating and committing one at a time."""
     from pipeline.bench.e2e import measure_naive
     from pipeline.bench.workload import make_texts
@@ -197,12 +261,22 @@ def naive(settings: Settings, pair_id: str, as_json: bool, n: int | None, repeat
 @bench.command()
 @_common
 @_workload
-@click.option("--naive-requests", type=click.IntRange(1), default=None,
-              help="Requests for the naive consumer: the first N of the same workload "
-                   "(default: sized so it runs about a minute).")
+@click.option(
+    "--naive-requests",
+    type=click.IntRange(1),
+    default=None,
+    help="Requests for the naive consumer: the first N of the same workload "
+    "(default: sized so it runs about a minute).",
+)
 @click.pass_obj
-def compare(settings: Settings, pair_id: str, as_json: bool, n: int | None, repeat_ratio: float,
-            naive_requests: int | None) -> None:
+def compare(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    n: int | None,
+    repeat_ratio: float,
+    naive_requests: int | None,
+) -> None:
     """Engine ceiling, e2e and naive on one workload, in one run: e2e/engine and e2e/naive."""
     from pipeline.bench.e2e import measure_e2e, measure_naive
     from pipeline.bench.engine import measure_ceiling
@@ -221,8 +295,7 @@ def compare(settings: Settings, pair_id: str, as_json: bool, n: int | None, repe
     n = _sizes(translator, pair, n, 30.0, 200, 2000, 32)
     n_naive = min(n, _sizes(translator, pair, naive_requests, 60.0, 50, 2000, 1))
     texts = make_texts(n, repeat_ratio)
-    batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget,
-                                 cost=translator.cost_model(pair))
+    batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget, cost=translator.cost_model(pair))
     ceiling = measure_ceiling(translator, pair, list(dict.fromkeys(texts)), batcher)
     del translator  # its threads idle, but its memory is the worker's to use now
     try:
@@ -237,27 +310,55 @@ def compare(settings: Settings, pair_id: str, as_json: bool, n: int | None, repe
     }
     notes = []
     if repeat_ratio:
-        notes.append("the engine ceiling translates the distinct texts only; with repeats "
-                     "e2e/engine counts the cache's answers too")
-    report = ctx.report("compare", {"engine": ceiling, "e2e": pipeline_run, "naive": baseline},
-                        ratios=ratios, notes=notes)
+        notes.append(
+            "the engine ceiling translates the distinct texts only; with repeats "
+            "e2e/engine counts the cache's answers too"
+        )
+    report = ctx.report(
+        "compare",
+        {"engine": ceiling, "e2e": pipeline_run, "naive": baseline},
+        ratios=ratios,
+        notes=notes,
+    )
     if not as_json:
-        click.echo(f"e2e/engine {ratios['e2e_over_engine']}  e2e/naive "
-                   f"{ratios['e2e_over_naive']}", err=True)
+        click.echo(
+            f"e2e/engine {ratios['e2e_over_engine']}  e2e/naive {ratios['e2e_over_naive']}",
+            err=True,
+        )
     _emit(report, as_json)
 
 
 @bench.command()
 @_common
-@click.option("--levels", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0", show_default=True,
-              help="Load levels, as fractions of the measured saturation throughput.")
-@click.option("--level-seconds", type=click.FloatRange(1), default=12.0, show_default=True,
-              help="Paced load per level.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where curve-<pair>.json and .png go (default: var/bench).")
+@click.option(
+    "--levels",
+    default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1.0",
+    show_default=True,
+    help="Load levels, as fractions of the measured saturation throughput.",
+)
+@click.option(
+    "--level-seconds",
+    type=click.FloatRange(1),
+    default=12.0,
+    show_default=True,
+    help="Paced load per level.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where curve-<pair>.json and .png go (default: var/bench).",
+)
 @click.pass_obj
-def curve(settings: Settings, pair_id: str, as_json: bool, levels: str, level_seconds: float,
-          out_dir: Path | None) -> None:
+def curve(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    levels: str,
+    level_seconds: float,
+    out_dir: Path | None,
+) -> None:
     """P50/P95/P99 and throughput at 10%..100% of saturation; JSON and a PNG plot."""
     from pipeline.bench.e2e import measure_e2e
     from pipeline.bench.plot import plot_curve
@@ -274,13 +375,17 @@ def curve(settings: Settings, pair_id: str, as_json: bool, levels: str, level_se
             for k, fraction in enumerate(fractions):
                 rate = fraction * saturation.throughput_rps
                 count = max(20, round(rate * level_seconds))
-                points.append(measure_e2e(ctx.settings, ctx.target,
-                                          make_texts(count, 0.0, seed=51 + k), rate))
+                points.append(
+                    measure_e2e(ctx.settings, ctx.target, make_texts(count, 0.0, seed=51 + k), rate)
+                )
                 if not as_json:
                     p = points[-1]
-                    click.echo(f"  {fraction:4.0%} offered {rate:7.2f}/s: {p.throughput_rps:7.2f}"
-                               f"/s P50 {p.p50_ms:7.0f} P95 {p.p95_ms:7.0f} P99 {p.p99_ms:7.0f}"
-                               " ms", err=True)
+                    click.echo(
+                        f"  {fraction:4.0%} offered {rate:7.2f}/s: {p.throughput_rps:7.2f}"
+                        f"/s P50 {p.p50_ms:7.0f} P95 {p.p95_ms:7.0f} P99 {p.p99_ms:7.0f}"
+                        " ms",
+                        err=True,
+                    )
     except BabelStreamError as exc:
         raise _fail(exc) from exc
     runs: dict[str, Any] = {"saturation": saturation, "curve": points}
@@ -288,8 +393,9 @@ def curve(settings: Settings, pair_id: str, as_json: bool, levels: str, level_se
     out_dir = out_dir or ctx.settings.stack.home / "bench"
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"curve-{pair_id}.json").write_text(report.to_json(), encoding="utf-8")
-    title = (f"{ctx.target.entry.model_id} ({pair_id}), {ctx.machine.cpus} cores"
-             + (", under load" if ctx.machine.under_load else ""))
+    title = f"{ctx.target.entry.model_id} ({pair_id}), {ctx.machine.cpus} cores" + (
+        ", under load" if ctx.machine.under_load else ""
+    )
     png = plot_curve(points, out_dir / f"curve-{pair_id}.png", title)
     click.echo(f"wrote {png} and {png.with_suffix('.json')}", err=True)
     _emit(report, as_json)
@@ -297,14 +403,28 @@ def curve(settings: Settings, pair_id: str, as_json: bool, levels: str, level_se
 
 @bench.command()
 @_common
-@click.option("--p95-ms", type=click.FloatRange(min=1), default=None,
-              help="Latency objective (default: the pair's batching.p95_ms).")
-@click.option("--phases", default="0.1,0.4,1.2,0.4,0.1", show_default=True,
-              help="Ramp: load per phase, as fractions of the default setting's saturation.")
+@click.option(
+    "--p95-ms",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Latency objective (default: the pair's batching.p95_ms).",
+)
+@click.option(
+    "--phases",
+    default="0.1,0.4,1.2,0.4,0.1",
+    show_default=True,
+    help="Ramp: load per phase, as fractions of the default setting's saturation.",
+)
 @click.option("--phase-seconds", type=click.FloatRange(1), default=12.0, show_default=True)
 @click.pass_obj
-def adaptive(settings: Settings, pair_id: str, as_json: bool, p95_ms: float | None, phases: str,
-             phase_seconds: float) -> None:
+def adaptive(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    p95_ms: float | None,
+    phases: str,
+    phase_seconds: float,
+) -> None:
     """A load ramp (low, saturation, low) with the controller and with static settings."""
     import json as json_module
 
@@ -319,12 +439,16 @@ def adaptive(settings: Settings, pair_id: str, as_json: bool, p95_ms: float | No
     n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0, 200, 2000, 32)
     w = ctx.settings.worker
     configs: dict[str, dict[str, str]] = {
-        "adaptive": {"BABELSTREAM_BATCHING__ADAPTIVE": "true",
-                     "BABELSTREAM_BATCHING__P95_MS": json_module.dumps({pair_id: objective})},
+        "adaptive": {
+            "BABELSTREAM_BATCHING__ADAPTIVE": "true",
+            "BABELSTREAM_BATCHING__P95_MS": json_module.dumps({pair_id: objective}),
+        },
         "static_default": {},
-        "static_large": {"BABELSTREAM_WORKER__MAX_MESSAGES": str(4 * w.max_messages),
-                         "BABELSTREAM_WORKER__MAX_WAIT_S": str(10 * w.max_wait_s),
-                         "BABELSTREAM_WORKER__TOKEN_BUDGET": str(4 * w.token_budget)},
+        "static_large": {
+            "BABELSTREAM_WORKER__MAX_MESSAGES": str(4 * w.max_messages),
+            "BABELSTREAM_WORKER__MAX_WAIT_S": str(10 * w.max_wait_s),
+            "BABELSTREAM_WORKER__TOKEN_BUDGET": str(4 * w.token_budget),
+        },
     }
     runs: dict[str, Any] = {}
     saturation_rps: float | None = None
@@ -339,38 +463,75 @@ def adaptive(settings: Settings, pair_id: str, as_json: bool, p95_ms: float | No
                 for k, fraction in enumerate(fractions):
                     rate = fraction * saturation_rps
                     count = max(20, round(rate * phase_seconds))
-                    ramp.append(measure_e2e(ctx.settings, ctx.target,
-                                            make_texts(count, 0.0, seed=61 + k), rate))
+                    ramp.append(
+                        measure_e2e(
+                            ctx.settings, ctx.target, make_texts(count, 0.0, seed=61 + k), rate
+                        )
+                    )
                 runs[name] = ramp
     except BabelStreamError as exc:
         raise _fail(exc) from exc
     peak = fractions.index(max(fractions))
     statics = {k: runs[k][peak].throughput_rps for k in configs if k.startswith("static")}
     best_static = max(statics, key=lambda k: statics[k])
-    ratios = {"adaptive_over_best_static_at_peak":
-              ratio(runs["adaptive"][peak].throughput_rps, statics[best_static])}
+    ratios = {
+        "adaptive_over_best_static_at_peak": ratio(
+            runs["adaptive"][peak].throughput_rps, statics[best_static]
+        )
+    }
     for name in configs:
         met = [p.p95_ms <= objective for k, p in enumerate(runs[name]) if k != peak]
         ratios[f"{name}_phases_within_objective"] = round(sum(met) / len(met), 3) if met else 1.0
-    extra = {"p95_objective_ms": objective, "phases": fractions, "best_static": best_static,
-             "configs": configs}
+    extra = {
+        "p95_objective_ms": objective,
+        "phases": fractions,
+        "best_static": best_static,
+        "configs": configs,
+    }
     _emit(ctx.report("adaptive", runs, ratios=ratios, extra=extra), as_json)
 
 
 @bench.command()
 @_common
-@click.option("--requests", "n", type=int, default=None,
-              help="Interactive requests per phase (default: --seconds worth at --rate).")
-@click.option("--rate", type=float, default=None,
-              help="Interactive requests/s (default: a tenth of the engine's one-at-a-time rate).")
+@click.option(
+    "--requests",
+    "n",
+    type=int,
+    default=None,
+    help="Interactive requests per phase (default: --seconds worth at --rate).",
+)
+@click.option(
+    "--rate",
+    type=float,
+    default=None,
+    help="Interactive requests/s (default: a tenth of the engine's one-at-a-time rate).",
+)
 @click.option("--seconds", type=click.FloatRange(1), default=30.0, show_default=True)
-@click.option("--bulk-docs", type=int, default=5000, show_default=True,
-              help="Documents in the background bulk job (enough to outlast the phase).")
-@click.option("--max-in-flight", type=int, default=500, show_default=True,
-              help="The bulk job's in-flight window.")
+@click.option(
+    "--bulk-docs",
+    type=int,
+    default=5000,
+    show_default=True,
+    help="Documents in the background bulk job (enough to outlast the phase).",
+)
+@click.option(
+    "--max-in-flight",
+    type=int,
+    default=500,
+    show_default=True,
+    help="The bulk job's in-flight window.",
+)
 @click.pass_obj
-def interference(settings: Settings, pair_id: str, as_json: bool, n: int | None,
-                 rate: float | None, seconds: float, bulk_docs: int, max_in_flight: int) -> None:
+def interference(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    n: int | None,
+    rate: float | None,
+    seconds: float,
+    bulk_docs: int,
+    max_in_flight: int,
+) -> None:
     """Interactive P99 at a fixed rate, alone and with a bulk job saturating the worker."""
     from pipeline.bench.interference import BackgroundBulk, interactive, wait_quiet
     from pipeline.bench.report import ratio
@@ -383,8 +544,10 @@ def interference(settings: Settings, pair_id: str, as_json: bool, n: int | None,
         del translator
     n = n or max(20, round(rate * seconds))
     try:
-        with bench_worker(ctx.settings, ctx.target, "bench-worker.log"), \
-                tempfile.TemporaryDirectory() as tmp:
+        with (
+            bench_worker(ctx.settings, ctx.target, "bench-worker.log"),
+            tempfile.TemporaryDirectory() as tmp,
+        ):
             alone = interactive(ctx.settings, ctx.target, n, rate, seed=21)
             bulk = BackgroundBulk(ctx.target, bulk_docs, max_in_flight, Path(tmp))
             try:
@@ -398,11 +561,22 @@ def interference(settings: Settings, pair_id: str, as_json: bool, n: int | None,
             wait_quiet(ctx.settings)
     except BabelStreamError as exc:
         raise _fail(exc) from exc
-    ratios = {"p99_with_bulk_over_alone": ratio(loaded.p99_ms, alone.p99_ms),
-              "bulk_segments_per_s": round(during / elapsed, 2) if elapsed else 0.0}
-    extra = {"bulk": {"segments_during_interactive": during, "max_in_flight": max_in_flight,
-                      "saturated_throughout": saturated},
-             "bulk_max_call_s": ctx.settings.batching.bulk_max_call_s,
-             "bulk_share": ctx.settings.batching.bulk_share}
-    _emit(ctx.report("interference", {"alone": alone, "with_bulk": loaded}, ratios=ratios,
-                     extra=extra), as_json)
+    ratios = {
+        "p99_with_bulk_over_alone": ratio(loaded.p99_ms, alone.p99_ms),
+        "bulk_segments_per_s": round(during / elapsed, 2) if elapsed else 0.0,
+    }
+    extra = {
+        "bulk": {
+            "segments_during_interactive": during,
+            "max_in_flight": max_in_flight,
+            "saturated_throughout": saturated,
+        },
+        "bulk_max_call_s": ctx.settings.batching.bulk_max_call_s,
+        "bulk_share": ctx.settings.batching.bulk_share,
+    }
+    _emit(
+        ctx.report(
+            "interference", {"alone": alone, "with_bulk": loaded}, ratios=ratios, extra=extra
+        ),
+        as_json,
+    )

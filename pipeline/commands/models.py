@@ -191,17 +191,31 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
 
 
 @models.command("build-bench")
-@click.option("--output", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Model directory [default: <bench registry dir>/opus-shaped].")
-@click.option("--pair", "pair_id", default="en_en-XB", show_default=True,
-              help="Pseudo pair the model is registered as.")
-@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="int8",
-              show_default=True)
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Model directory [default: <bench registry dir>/opus-shaped].",
+)
+@click.option(
+    "--pair",
+    "pair_id",
+    default="en_en-XB",
+    show_default=True,
+    help="Pseudo pair the model is registered as.",
+)
+@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="int8", show_default=True)
 @click.option("--vocab-size", default=32000, show_default=True, type=click.IntRange(1000))
 @click.option("--seed", default=13, show_default=True)
 @click.pass_obj
-def build_bench(settings: Settings, output: Path | None, pair_id: str, quantization: str,
-                vocab_size: int, seed: int) -> None:
+def build_bench(
+    settings: Settings,
+    output: Path | None,
+    pair_id: str,
+    quantization: str,
+    vocab_size: int,
+    seed: int,
+) -> None:
     """Build an OPUS-MT-shaped model with random weights for benchmarks (no PyTorch).
 
     d_model 512, 6+6 layers, 8 heads, FFN 2048 and a ~32k SentencePiece
@@ -217,12 +231,19 @@ def build_bench(settings: Settings, output: Path | None, pair_id: str, quantizat
         raise click.BadParameter(str(exc), param_hint="--pair") from None
     registry = settings.engine.bench_registry
     built = build_bench_model(
-        output or registry.parent / "opus-shaped", registry, pair=pair,
-        shape=BenchModelShape(vocab_size=vocab_size), quantization=quantization, seed=seed,
+        output or registry.parent / "opus-shaped",
+        registry,
+        pair=pair,
+        shape=BenchModelShape(vocab_size=vocab_size),
+        quantization=quantization,
+        seed=seed,
     )
     click.echo(built.to_json())
-    click.echo(f"registered {pair.id} in {registry}; serve it with "
-               f"BABELSTREAM_ENGINE__REGISTRY={registry}", err=True)
+    click.echo(
+        f"registered {pair.id} in {registry}; serve it with "
+        f"BABELSTREAM_ENGINE__REGISTRY={registry}",
+        err=True,
+    )
 
 
 @models.command("eval-demo")

@@ -89,8 +89,14 @@ class ControllerState:
 class AdaptiveBatching:
     """Per-pair controller of ``max_wait``, batch size and token budget (see module doc)."""
 
-    def __init__(self, limits: ControllerLimits, cost: CostModel, *, smoothing: float = 0.3,
-                 initial_tokens: float = 32.0) -> None:
+    def __init__(
+        self,
+        limits: ControllerLimits,
+        cost: CostModel,
+        *,
+        smoothing: float = 0.3,
+        initial_tokens: float = 32.0,
+    ) -> None:
         if limits.p95_ms <= 0:
             raise ValueError("the latency objective must be > 0 ms")
         if not 0 < smoothing <= 1:
@@ -113,12 +119,25 @@ class AdaptiveBatching:
 
     @property
     def state(self) -> ControllerState:
-        return ControllerState(self._mode, self._knobs, self._share, self._queue_s,
-                               self._service_s, self._tokens, self._longest)
+        return ControllerState(
+            self._mode,
+            self._knobs,
+            self._share,
+            self._queue_s,
+            self._service_s,
+            self._tokens,
+            self._longest,
+        )
 
     def observe_batch(
-        self, *, size: int, full: bool, queue_delay_s: float, service_s: float,
-        mean_tokens: float, longest_tokens: float,
+        self,
+        *,
+        size: int,
+        full: bool,
+        queue_delay_s: float,
+        service_s: float,
+        mean_tokens: float,
+        longest_tokens: float,
     ) -> BatchingKnobs:
         """One micro-batch done: update the estimates, maybe switch mode, return new knobs.
 
@@ -139,8 +158,9 @@ class AdaptiveBatching:
         self._votes = self._votes + 1 if wants != self._mode else 0
         if self._votes >= self.limits.hysteresis:
             self._mode, self._votes = wants, 0
-        self._knobs = self._throughput_knobs() if self._mode == THROUGHPUT else (
-            self._latency_knobs())
+        self._knobs = (
+            self._throughput_knobs() if self._mode == THROUGHPUT else (self._latency_knobs())
+        )
         return self._knobs
 
     def observe_window(self, p95_ms: float, count: int, *, lag_growing: bool) -> BatchingKnobs:

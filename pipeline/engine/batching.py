@@ -119,12 +119,14 @@ class TokenBudgetBatcher:
         sub_batches = []
         for start, end in itertools.pairwise([0, *cuts]):
             chunk = sorted_lengths[start:end]
-            sub_batches.append(SubBatch(
-                indices=tuple(order[start:end]),
-                real_tokens=sum(chunk),
-                max_len=chunk[-1],
-                estimated_s=self.cost.seconds(len(chunk), chunk[-1]),
-            ))
+            sub_batches.append(
+                SubBatch(
+                    indices=tuple(order[start:end]),
+                    real_tokens=sum(chunk),
+                    max_len=chunk[-1],
+                    estimated_s=self.cost.seconds(len(chunk), chunk[-1]),
+                )
+            )
         return BatchPlan(tuple(sub_batches))
 
     def _allowed(self, n: int, max_len: int) -> bool:

@@ -29,7 +29,12 @@ import numpy as np
 # Shapes (sequences, tokens each) timed by :func:`calibrate`: short and long
 # calls, single sequences and batches, so all three coefficients are visible.
 CALIBRATION_SHAPES: tuple[tuple[int, int], ...] = (
-    (1, 8), (1, 24), (8, 8), (8, 24), (24, 8), (24, 16),
+    (1, 8),
+    (1, 24),
+    (8, 8),
+    (8, 24),
+    (24, 8),
+    (24, 16),
 )
 
 
@@ -56,8 +61,7 @@ class CostModel:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CostModel:
-        return cls(float(data["per_call_s"]), float(data["per_step_s"]),
-                   float(data["per_token_s"]))
+        return cls(float(data["per_call_s"]), float(data["per_step_s"]), float(data["per_token_s"]))
 
 
 # Until a model is measured: calls cost about as much as 200 padded tokens.

@@ -93,8 +93,10 @@ class EngineLane:
     ) -> list[Translation]:
         """One engine call on prepared texts (no overlap); raises what the engine raises."""
         whole = SubBatch(
-            tuple(range(len(prepared))), sum(p.tokens for p in prepared),
-            max((p.tokens for p in prepared), default=0), 0.0,
+            tuple(range(len(prepared))),
+            sum(p.tokens for p in prepared),
+            max((p.tokens for p in prepared), default=0),
+            0.0,
         )
         (outcome,) = await self.run_plan(prepared, BatchPlan((whole,)), pair, hold)
         if outcome.error is not None:
@@ -130,9 +132,7 @@ class EngineLane:
                 if not isinstance(outputs, Exception):
                     raise outputs
                 return SubBatchOutcome(sub, None, outputs, engine_s)
-            done = await self._in(
-                self.prep, lambda: translator.assemble(groups[k], outputs, pair)
-            )
+            done = await self._in(self.prep, lambda: translator.assemble(groups[k], outputs, pair))
             return SubBatchOutcome(sub, done, None, engine_s)
 
         next_sources = encode(0) if groups else None
@@ -156,9 +156,7 @@ class EngineLane:
             outcomes.append(await previous)
         return outcomes
 
-    async def _model(
-        self, sources: list[list[str]], pair: Pair
-    ) -> tuple[list[list[str]], float]:
+    async def _model(self, sources: list[list[str]], pair: Pair) -> tuple[list[list[str]], float]:
         """The model call in the compute thread, and its duration measured there."""
 
         def timed() -> tuple[list[list[str]], float]:

@@ -136,8 +136,7 @@ def measure_profile(
 ) -> EngineProfile:
     """Choose the compute type (when ``requested`` is ``auto``) and fit its cost model."""
     if requested == "auto":
-        choice = choose_compute_type(types, load, shape=shape, min_seconds=min_seconds,
-                                     clock=clock)
+        choice = choose_compute_type(types, load, shape=shape, min_seconds=min_seconds, clock=clock)
         chosen, speeds = choice.compute_type, choice.tokens_per_s
     else:
         chosen, speeds = requested, {}
@@ -153,12 +152,16 @@ def machine_key(device: str, inter_threads: int, intra_threads: int) -> str:
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
-            cpu = next((line.split(":", 1)[1].strip() for line in info
-                        if line.startswith("model name")), cpu)
+            cpu = next(
+                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
+                cpu,
+            )
     except OSError:
         pass
-    return (f"{cpu}|cpus={os.cpu_count()}|{device}|threads={inter_threads}x{intra_threads}"
-            f"|ct2={ctranslate2.__version__}")
+    return (
+        f"{cpu}|cpus={os.cpu_count()}|{device}|threads={inter_threads}x{intra_threads}"
+        f"|ct2={ctranslate2.__version__}"
+    )
 
 
 class ProfileCache:

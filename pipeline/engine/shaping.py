@@ -39,12 +39,16 @@ class BatchShaper:
         self.cost = cost
         self.bulk = bulk
         self._max_call_s = b.bulk_max_call_s if bulk else None
-        self._static = (BatchingKnobs(w.max_wait_s, w.bulk_max_messages, w.bulk_token_budget)
-                        if bulk else BatchingKnobs(w.max_wait_s, w.max_messages, w.token_budget))
+        self._static = (
+            BatchingKnobs(w.max_wait_s, w.bulk_max_messages, w.bulk_token_budget)
+            if bulk
+            else BatchingKnobs(w.max_wait_s, w.max_messages, w.token_budget)
+        )
         self.controller: AdaptiveBatching | None = None
         if b.adaptive and not bulk:
-            limits = ControllerLimits(p95_ms=b.objective_ms(pair.id), min_wait_s=b.min_wait_s,
-                                      max_messages=b.max_messages)
+            limits = ControllerLimits(
+                p95_ms=b.objective_ms(pair.id), min_wait_s=b.min_wait_s, max_messages=b.max_messages
+            )
             self.controller = AdaptiveBatching(limits, cost)
             metrics.set_batching_state(pair.id, self.controller.state)
         self._lag: int | None = None
@@ -57,11 +61,19 @@ class BatchShaper:
 
     def batcher(self) -> TokenBudgetBatcher:
         """The planner for the next micro-batch (cost-based, with the current budget)."""
-        return TokenBudgetBatcher(self.knobs.token_budget, cost=self.cost,
-                                  max_call_s=self._max_call_s)
+        return TokenBudgetBatcher(
+            self.knobs.token_budget, cost=self.cost, max_call_s=self._max_call_s
+        )
 
-    def observe(self, *, submitted_ms: Sequence[int], started_ms: int, taken: int,
-                service_s: float, lengths: Sequence[int]) -> None:
+    def observe(
+        self,
+        *,
+        submitted_ms: Sequence[int],
+        started_ms: int,
+        taken: int,
+        service_s: float,
+        lengths: Sequence[int],
+    ) -> None:
         """One micro-batch done: ``taken`` messages, the first started at ``started_ms``.
 
         ``submitted_ms`` are its requests' submission times, ``lengths`` the
@@ -70,7 +82,8 @@ class BatchShaper:
         if self.controller is None or not submitted_ms:
             return
         self.controller.observe_batch(
-            size=taken, full=taken >= self.knobs.max_messages,
+            size=taken,
+            full=taken >= self.knobs.max_messages,
             queue_delay_s=max(0.0, (started_ms - min(submitted_ms)) / 1000),
             service_s=service_s,
             mean_tokens=sum(lengths) / len(lengths) if lengths else 0.0,

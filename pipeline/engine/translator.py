@@ -184,8 +184,12 @@ class _Probe:
         batch = [self._words[i : i + max_len] for i in range(n)]
         steps = max_len + len(self._prefix)
         self._model.translate_batch(
-            batch, target_prefix=[self._prefix] * n if self._prefix else None, beam_size=1,
-            max_input_length=0, min_decoding_length=steps, max_decoding_length=steps,
+            batch,
+            target_prefix=[self._prefix] * n if self._prefix else None,
+            beam_size=1,
+            max_input_length=0,
+            min_decoding_length=steps,
+            max_decoding_length=steps,
         )
 
 
@@ -300,40 +304,55 @@ class CTranslate2Translator(Translator):
             ctype = resolve_compute_type(requested, self.device)
             return _Model(self._open(entry, ctype), ctype, DEFAULT_COST)
         profile = self._profile(entry, requested, tokenizer, self._profiles)
-        return _Model(self._open(entry, profile.compute_type), profile.compute_type, profile.cost,
-                      profile)
+        return _Model(
+            self._open(entry, profile.compute_type), profile.compute_type, profile.cost, profile
+        )
 
     def _profile(
-        self, entry: PairEntry, requested: str, tokenizer: sentencepiece.SentencePieceProcessor,
+        self,
+        entry: PairEntry,
+        requested: str,
+        tokenizer: sentencepiece.SentencePieceProcessor,
         cache: ProfileCache,
     ) -> EngineProfile:
         """The cached profile of this model on this machine, or a fresh measurement."""
         check_compute_type(requested, entry.pair.id)
-        key = "|".join((
-            files_fingerprint([entry.model_dir / "model.bin"]), requested,
-            machine_key(self.device, self.inter_threads, self.intra_threads),
-            "shape={}x{}".format(*self._profile_shape),
-        ))
+        key = "|".join(
+            (
+                files_fingerprint([entry.model_dir / "model.bin"]),
+                requested,
+                machine_key(self.device, self.inter_threads, self.intra_threads),
+                "shape={}x{}".format(*self._profile_shape),
+            )
+        )
         profile = cache.get(key)
         if profile is None:
             supported = ctranslate2.get_supported_compute_types(self.device)
             types = candidates(self.device, supported) or [
-                resolve_compute_type("auto", self.device)]
-            log.info("measuring %s on %s (%s)", entry.model_dir, self.device,
-                     ", ".join(types) if requested == "auto" else requested)
+                resolve_compute_type("auto", self.device)
+            ]
+            log.info(
+                "measuring %s on %s (%s)",
+                entry.model_dir,
+                self.device,
+                ", ".join(types) if requested == "auto" else requested,
+            )
             words = _probe_words(tokenizer)
             profile = measure_profile(
-                requested, types,
+                requested,
+                types,
                 lambda ctype: _Probe(self._open(entry, ctype), entry, words),
-                shape=self._profile_shape, min_seconds=self._profile_seconds,
+                shape=self._profile_shape,
+                min_seconds=self._profile_seconds,
             )
             cache.put(key, profile)
         log.info(
             "%s: compute_type %s%s; call cost %.2f ms + %.3f ms/step + %.4f ms/padded token",
-            entry.model_dir.name, profile.compute_type,
-            f" (padded tokens/s measured: {profile.tokens_per_s})" if profile.tokens_per_s
-            else "",
-            profile.cost.per_call_s * 1e3, profile.cost.per_step_s * 1e3,
+            entry.model_dir.name,
+            profile.compute_type,
+            f" (padded tokens/s measured: {profile.tokens_per_s})" if profile.tokens_per_s else "",
+            profile.cost.per_call_s * 1e3,
+            profile.cost.per_step_s * 1e3,
             profile.cost.per_token_s * 1e3,
         )
         return profile
@@ -384,7 +403,8 @@ class CTranslate2Translator(Translator):
             cut = split_text(text, count, entry.max_input_tokens)
             sources = tuple(
                 (*entry.source_prefix, *tokens_of(piece.core), *entry.source_suffix)
-                for piece in cut if piece.core
+                for piece in cut
+                if piece.core
             )
             prepared.append(PreparedText(tuple(cut), sources))
         return prepared
@@ -393,9 +413,7 @@ class CTranslate2Translator(Translator):
         """Translate ``texts`` for ``pair``; the result has one Translation per text, in order."""
         return self.translate_prepared(self.prepare(texts, pair), pair)
 
-    def translate_prepared(
-        self, prepared: Sequence[PreparedText], pair: Pair
-    ) -> list[Translation]:
+    def translate_prepared(self, prepared: Sequence[PreparedText], pair: Pair) -> list[Translation]:
         """Translate already prepared texts (no second tokenisation); results in order."""
         sources = self.encode(prepared)
         return self.assemble(prepared, self.run(sources, pair) if sources else [], pair)
@@ -437,8 +455,9 @@ class CTranslate2Translator(Translator):
         else:
             # Never past the model's positions, whatever the input length.
             min_length = 0
-            max_length = min(int(longest * self.decoding_ratio) + 16 + len(prefix),
-                             entry.max_output_tokens)
+            max_length = min(
+                int(longest * self.decoding_ratio) + 16 + len(prefix), entry.max_output_tokens
+            )
         try:
             results = loaded.model.translate_batch(
                 sources,

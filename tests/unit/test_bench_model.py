@@ -11,8 +11,9 @@ from pipeline.engine.translator import CTranslate2Translator
 from pipeline.errors import ConfigError
 from pipeline.pairs import Pair
 
-TINY = BenchModelShape(d_model=32, encoder_layers=1, decoder_layers=2, heads=4, ffn=64,
-                       vocab_size=1000)
+TINY = BenchModelShape(
+    d_model=32, encoder_layers=1, decoder_layers=2, heads=4, ffn=64, vocab_size=1000
+)
 
 
 def test_weights_have_the_shapes_marian_writes():
@@ -28,8 +29,9 @@ def test_weights_have_the_shapes_marian_writes():
 
 def test_build_convert_register_and_translate(tmp_path):
     registry = tmp_path / "bench" / "registry.toml"
-    built = build_bench_model(tmp_path / "bench" / "tiny", registry, shape=TINY,
-                              sentences=2000, pair=Pair("en", "en-XB"))
+    built = build_bench_model(
+        tmp_path / "bench" / "tiny", registry, shape=TINY, sentences=2000, pair=Pair("en", "en-XB")
+    )
     assert (built.model_dir / "model.bin").is_file() and (built.model_dir / "spm.model").is_file()
     assert not (tmp_path / "bench" / "tiny.marian").exists()  # float32 weights removed
     assert built.parameters > 0 and built.vocab_size <= TINY.vocab_size + 1
@@ -53,6 +55,7 @@ def test_build_convert_register_and_translate(tmp_path):
 
 def test_unknown_decoding_is_a_config_error(tmp_path):
     (tmp_path / "registry.toml").write_text(
-        '[[pair]]\nid = "en_de"\nmodel = "m"\ntokenizer = "spm.model"\ndecoding = "forever"\n')
+        '[[pair]]\nid = "en_de"\nmodel = "m"\ntokenizer = "spm.model"\ndecoding = "forever"\n'
+    )
     with pytest.raises(ConfigError, match="decoding"):
         Registry.load(tmp_path / "registry.toml")

@@ -11,23 +11,42 @@ from pipeline.settings import load_settings
 
 # the shape kafka-python's describe_groups returns (a Faust worker serving en_en-XA)
 DESCRIBED = {
-    "babelstream-en_en-XA": {"members": [{"member_assignment": {"assigned_partitions": [
-        {"topic": "translate.requests.en_en-XA", "partitions": [0, 1, 2, 3]},
-        {"topic": "translate.requests", "partitions": [0, 1]},
-        {"topic": "babelstream-en_en-XA-dedup-en_en-XA-changelog", "partitions": [0]},
-    ]}}]},
+    "babelstream-en_en-XA": {
+        "members": [
+            {
+                "member_assignment": {
+                    "assigned_partitions": [
+                        {"topic": "translate.requests.en_en-XA", "partitions": [0, 1, 2, 3]},
+                        {"topic": "translate.requests", "partitions": [0, 1]},
+                        {
+                            "topic": "babelstream-en_en-XA-dedup-en_en-XA-changelog",
+                            "partitions": [0],
+                        },
+                    ]
+                }
+            }
+        ]
+    },
     "idle-group": {"members": []},
-    "other": {"members": [{"member_assignment": {"assigned_partitions": [
-        {"topic": "translate.requests.en_de", "partitions": [0]},
-        {"topic": "translate.requests.en_en-XA", "partitions": []},
-    ]}}, {"member_assignment": b"undecodable"}]},
+    "other": {
+        "members": [
+            {
+                "member_assignment": {
+                    "assigned_partitions": [
+                        {"topic": "translate.requests.en_de", "partitions": [0]},
+                        {"topic": "translate.requests.en_en-XA", "partitions": []},
+                    ]
+                }
+            },
+            {"member_assignment": b"undecodable"},
+        ]
+    },
 }
 
 
 def test_groups_holding_the_pair_topic_are_found():
     found = groups_assigned(DESCRIBED, {"translate.requests.en_en-XA", "translate.requests"})
-    assert found == {"babelstream-en_en-XA": {"translate.requests.en_en-XA",
-                                               "translate.requests"}}
+    assert found == {"babelstream-en_en-XA": {"translate.requests.en_en-XA", "translate.requests"}}
     assert groups_assigned(DESCRIBED, {"translate.requests.en_en-XB"}) == {}
 
 
@@ -36,8 +55,11 @@ def test_pairs_resolve_to_the_registry_that_serves_them(tmp_path):
     demo = resolve_target(settings, "en_en-XA")
     assert demo.registry == settings.engine.registry
     assert demo.env() == {"BABELSTREAM_ENGINE__REGISTRY": str(settings.engine.registry)}
-    missing = settings.model_copy(update={"engine": settings.engine.model_copy(
-        update={"bench_registry": tmp_path / "none.toml"})})
+    missing = settings.model_copy(
+        update={
+            "engine": settings.engine.model_copy(update={"bench_registry": tmp_path / "none.toml"})
+        }
+    )
     with pytest.raises(ConfigError, match="build-bench"):
         resolve_target(missing, "en_en-XB")
 
@@ -45,10 +67,24 @@ def test_pairs_resolve_to_the_registry_that_serves_them(tmp_path):
 def test_report_serialises_to_json():
     settings = load_settings()
     target = resolve_target(settings, "en_en-XA")
-    figures = LoadFigures(requests=2, results=2, missing=0, duration_s=1.0, throughput_rps=2.0,
-                          tokens_per_s=10.0, p50_ms=1.0, p95_ms=2.0, p99_ms=3.0)
-    report = BenchReport("e2e", Machine.current(), RunSettings.of(settings, target.entry),
-                         {"e2e": figures}, ratios={"x": ratio(1, 0)})
+    figures = LoadFigures(
+        requests=2,
+        results=2,
+        missing=0,
+        duration_s=1.0,
+        throughput_rps=2.0,
+        tokens_per_s=10.0,
+        p50_ms=1.0,
+        p95_ms=2.0,
+        p99_ms=3.0,
+    )
+    report = BenchReport(
+        "e2e",
+        Machine.current(),
+        RunSettings.of(settings, target.entry),
+        {"e2e": figures},
+        ratios={"x": ratio(1, 0)},
+    )
     doc = report.to_dict()
     assert doc["runs"]["e2e"]["throughput_rps"] == 2.0
     assert doc["settings"]["pair"] == "en_en-XA"

@@ -54,8 +54,11 @@ def arrivals(rate: float, seconds: float, seed: int) -> list[tuple[float, int]]:
         out.append((t, rng.randint(10, 50)))
 
 
-def simulate(load: list[tuple[float, int]], controller: AdaptiveBatching | None,
-             static: BatchingKnobs | None = None) -> Run:
+def simulate(
+    load: list[tuple[float, int]],
+    controller: AdaptiveBatching | None,
+    static: BatchingKnobs | None = None,
+) -> Run:
     knobs = controller.knobs if controller else static
     assert knobs is not None
     pending = deque(load)
@@ -87,9 +90,12 @@ def simulate(load: list[tuple[float, int]], controller: AdaptiveBatching | None,
         now = done
         if controller:
             knobs = controller.observe_batch(
-                size=len(batch), full=len(batch) == knobs.max_messages,
-                queue_delay_s=start - batch[0][0], service_s=service,
-                mean_tokens=sum(lengths) / len(lengths), longest_tokens=max(lengths),
+                size=len(batch),
+                full=len(batch) == knobs.max_messages,
+                queue_delay_s=start - batch[0][0],
+                service_s=service,
+                mean_tokens=sum(lengths) / len(lengths),
+                longest_tokens=max(lengths),
             )
             modes.append(controller.state.mode)
     span = max(now, load[-1][0]) - load[0][0]
@@ -120,8 +126,10 @@ def test_medium_load_meets_the_objective():
 def test_saturation_throughput_close_to_the_best_static_setting():
     load = arrivals(rate=400, seconds=20, seed=3)  # more than any setting can serve
     controlled = simulate(load, adaptive())
-    statics = {k: simulate(load, None, s).throughput
-               for k, s in (("small", STATIC_SMALL), ("large", STATIC_LARGE))}
+    statics = {
+        k: simulate(load, None, s).throughput
+        for k, s in (("small", STATIC_SMALL), ("large", STATIC_LARGE))
+    }
     best = max(statics.values())
     assert statics["large"] > 2 * statics["small"]  # batching matters on this model
     assert controlled.throughput >= 0.9 * best
@@ -129,8 +137,11 @@ def test_saturation_throughput_close_to_the_best_static_setting():
 
 
 def test_ramp_switches_to_throughput_and_back():
-    ramp = (arrivals(5, 20, 4) + [(t + 20, n) for t, n in arrivals(400, 10, 5)]
-            + [(t + 40, n) for t, n in arrivals(5, 40, 6)])
+    ramp = (
+        arrivals(5, 20, 4)
+        + [(t + 20, n) for t, n in arrivals(400, 10, 5)]
+        + [(t + 40, n) for t, n in arrivals(5, 40, 6)]
+    )
     controller = adaptive()
     run = simulate(ramp, controller)
     first = run.modes.index(THROUGHPUT)
@@ -140,13 +151,13 @@ def test_ramp_switches_to_throughput_and_back():
 
 def test_latency_knobs_respect_the_share_of_the_objective():
     controller = adaptive()
-    knobs = controller.observe_batch(size=1, full=False, queue_delay_s=0.01, service_s=0.07,
-                                     mean_tokens=30, longest_tokens=30)
+    knobs = controller.observe_batch(
+        size=1, full=False, queue_delay_s=0.01, service_s=0.07, mean_tokens=30, longest_tokens=30
+    )
     longest = controller.state.longest_tokens
     assert knobs.max_wait_s == controller.limits.min_wait_s
     assert COST.seconds(knobs.max_messages, int(np.ceil(longest))) <= 0.5 * OBJECTIVE_MS / 1000
-    assert COST.seconds(knobs.max_messages + 1, int(np.ceil(longest))) > 0.5 * (
-        OBJECTIVE_MS / 1000)
+    assert COST.seconds(knobs.max_messages + 1, int(np.ceil(longest))) > 0.5 * (OBJECTIVE_MS / 1000)
 
 
 def test_sla_windows_over_the_objective_shrink_batches():

@@ -70,6 +70,7 @@ def test_empty_and_invalid_input():
 
 # --- cost-based cut points -------------------------------------------------
 
+
 def _brute_force(sorted_lengths, allowed, seconds):
     """Every way to cut the sorted run (2^(n-1)); the cheapest allowed one."""
     n = len(sorted_lengths)
@@ -91,7 +92,8 @@ def _brute_force(sorted_lengths, allowed, seconds):
 
 costs_st = st.builds(
     CostModel,
-    per_call_s=st.floats(0.0, 1.0), per_step_s=st.floats(0.0, 0.1),
+    per_call_s=st.floats(0.0, 1.0),
+    per_step_s=st.floats(0.0, 0.1),
     per_token_s=st.floats(0.001, 0.01),
 )
 

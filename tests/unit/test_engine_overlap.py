@@ -51,8 +51,10 @@ class FakeTranslator:
         self, prepared: Sequence[PreparedText], outputs: Sequence[list[str]], pair: Pair
     ) -> list[Translation]:
         self._log(f"assemble {outputs[0][0].lower()}")
-        return [Translation(" ".join(o), p.tokens, len(o)) for p, o in
-                zip(prepared, outputs, strict=True)]
+        return [
+            Translation(" ".join(o), p.tokens, len(o))
+            for p, o in zip(prepared, outputs, strict=True)
+        ]
 
 
 # one long text among short ones: with cheap calls the plan cuts it off
@@ -76,8 +78,11 @@ def test_results_in_plan_order_and_nothing_on_the_loop():
     loop_thread, plan, outcomes = _run(lane, TEXTS)
     assert len(plan.batches) == 2
     assert [o.sub_batch for o in outcomes] == list(plan.sub_batches)
-    by_index = {i: t.text for o in outcomes for i, t in zip(o.sub_batch.indices, o.translations,
-                                                            strict=True)}
+    by_index = {
+        i: t.text
+        for o in outcomes
+        for i, t in zip(o.sub_batch.indices, o.translations, strict=True)
+    }
     assert [by_index[i] for i in range(len(TEXTS))] == [t.upper() for t in TEXTS]
     threads = {what.split()[0]: name for what, name in fake.events}
     assert threads["prepare"].startswith("engine-prep")

@@ -78,7 +78,8 @@ def test_chooser_keeps_the_fastest_compute_type():
     assert loaded == ["int8", "int8_float32", "float32"]
     assert choice.compute_type == "float32"
     assert choice.tokens_per_s == {
-        "int8": pytest.approx(50_000), "int8_float32": pytest.approx(33_333.3),
+        "int8": pytest.approx(50_000),
+        "int8_float32": pytest.approx(33_333.3),
         "float32": pytest.approx(100_000),
     }
 
@@ -86,27 +87,39 @@ def test_chooser_keeps_the_fastest_compute_type():
 def test_chooser_ties_go_to_the_earlier_candidate():
     clock = FakeClock()
     choice = choose_compute_type(
-        ["int8", "float32"], lambda c: FakeEngine(clock, CostModel(0.0, 0.0, 1e-4)),
-        shape=(4, 4), min_seconds=0.01, clock=clock,
+        ["int8", "float32"],
+        lambda c: FakeEngine(clock, CostModel(0.0, 0.0, 1e-4)),
+        shape=(4, 4),
+        min_seconds=0.01,
+        clock=clock,
     )
     assert choice.compute_type == "int8"
     with pytest.raises(ValueError):
-        choose_compute_type([], lambda c: FakeEngine(clock, CostModel(1, 0, 0)), shape=(1, 1),
-                            min_seconds=1)
+        choose_compute_type(
+            [], lambda c: FakeEngine(clock, CostModel(1, 0, 0)), shape=(1, 1), min_seconds=1
+        )
 
 
 def test_profile_measures_the_chosen_type_and_caches_it(tmp_path):
     clock = FakeClock()
     costs = {"int8": CostModel(0.001, 0.0, 1e-4), "float32": CostModel(0.001, 0.0, 3e-4)}
     profile = measure_profile(
-        "auto", ["int8", "float32"], lambda c: FakeEngine(clock, costs[c]),
-        shape=(8, 8), min_seconds=0.01, clock=clock,
+        "auto",
+        ["int8", "float32"],
+        lambda c: FakeEngine(clock, costs[c]),
+        shape=(8, 8),
+        min_seconds=0.01,
+        clock=clock,
     )
     assert profile.compute_type == "int8"
     assert profile.cost.seconds(16, 20) == pytest.approx(costs["int8"].seconds(16, 20))
     explicit = measure_profile(
-        "float32", ["int8", "float32"], lambda c: FakeEngine(clock, costs[c]),
-        shape=(8, 8), min_seconds=0.01, clock=clock,
+        "float32",
+        ["int8", "float32"],
+        lambda c: FakeEngine(clock, costs[c]),
+        shape=(8, 8),
+        min_seconds=0.01,
+        clock=clock,
     )
     assert explicit.compute_type == "float32" and explicit.tokens_per_s == {}
 
@@ -122,10 +135,8 @@ def test_profile_measures_the_chosen_type_and_caches_it(tmp_path):
 
 def test_candidates_follow_the_device():
     # int8 is int8_float32 on CPU: timed once
-    assert candidates("cpu", {"int8", "float32", "int8_float32", "float16"}) == [
-        "int8", "float32"]
-    assert candidates("cuda", {"float16", "int8_float16", "float32"}) == [
-        "int8_float16", "float16"]
+    assert candidates("cpu", {"int8", "float32", "int8_float32", "float16"}) == ["int8", "float32"]
+    assert candidates("cuda", {"float16", "int8_float16", "float32"}) == ["int8_float16", "float16"]
 
 
 def test_a_load_burst_does_not_decide_the_choice():
@@ -142,9 +153,12 @@ def test_a_load_burst_does_not_decide_the_choice():
             if len(self.calls) in self.burst_on:
                 clock.now += 1.0  # someone else had the CPU
 
-    engines = {"int8": Bursty(CostModel(0.0, 0.0, 1e-4), {2}),  # fast, but hit once
-               "float32": Bursty(CostModel(0.0, 0.0, 2e-4), set())}
-    choice = choose_compute_type(["int8", "float32"], engines.__getitem__, shape=(10, 10),
-                                 min_seconds=0.05, clock=clock)
+    engines = {
+        "int8": Bursty(CostModel(0.0, 0.0, 1e-4), {2}),  # fast, but hit once
+        "float32": Bursty(CostModel(0.0, 0.0, 2e-4), set()),
+    }
+    choice = choose_compute_type(
+        ["int8", "float32"], engines.__getitem__, shape=(10, 10), min_seconds=0.05, clock=clock
+    )
     assert choice.compute_type == "int8"
     assert len(engines["int8"].calls) == len(engines["float32"].calls)  # turns

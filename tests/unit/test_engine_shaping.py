@@ -19,8 +19,18 @@ def _settings(**batching: object):
 
 
 def _window(pair: str, p95: float) -> SlaWindow:
-    return SlaWindow(pair=pair, window_start=0, window_end=5000, count=100, p50_ms=p95 / 2,
-                     p95_ms=p95, p99_ms=p95, timeout_ratio=0, error_ratio=0, cache_hit_ratio=0)
+    return SlaWindow(
+        pair=pair,
+        window_start=0,
+        window_end=5000,
+        count=100,
+        p50_ms=p95 / 2,
+        p95_ms=p95,
+        p99_ms=p95,
+        timeout_ratio=0,
+        error_ratio=0,
+        cache_hit_ratio=0,
+    )
 
 
 def test_static_interactive_and_bulk_knobs():
@@ -43,13 +53,17 @@ def test_bulk_calls_stay_within_the_time_bound():
 
 
 def test_adaptive_interactive_follows_the_load_and_the_sla_windows():
-    shaper = BatchShaper(_settings(adaptive=True, p95_ms={"en_de": 400.0}), PAIR, COST,
-                         bulk=False)
+    shaper = BatchShaper(_settings(adaptive=True, p95_ms={"en_de": 400.0}), PAIR, COST, bulk=False)
     assert shaper.controller is not None
     quiet = shaper.knobs
     for _ in range(4):  # full takes with requests queueing: a backlog
-        shaper.observe(submitted_ms=[0, 10], started_ms=1500, taken=shaper.knobs.max_messages,
-                       service_s=0.3, lengths=[30, 40])
+        shaper.observe(
+            submitted_ms=[0, 10],
+            started_ms=1500,
+            taken=shaper.knobs.max_messages,
+            service_s=0.3,
+            lengths=[30, 40],
+        )
     assert shaper.controller.state.mode == THROUGHPUT
     assert shaper.knobs.max_messages > quiet.max_messages
     share = shaper.controller.state.latency_share
