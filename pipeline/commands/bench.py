@@ -194,15 +194,19 @@ def engine(
     _emit(ctx.report("engine", runs, ratios=ratios, extra=extra), as_json)
 
 
+def _rate(f: F) -> F:
+    return click.option(
+        "--rate",
+        type=float,
+        default=None,
+        help="Requests per second (default: all at once = saturation).",
+    )(f)
+
+
 @bench.command()
 @_common
 @_workload
-@click.option(
-    "--rate",
-    type=float,
-    default=None,
-    help="Requests per second (default: all at once = saturation).",
-)
+@_rate
 @click.pass_obj
 def e2e(
     settings: Settings,
@@ -213,29 +217,13 @@ def e2e(
     rate: float | None,
 ) -> None:
     """Whole pipeline: router, micro-batching, dedup, caches (starts and stops a worker)."""
-    from pipeline.bench.e2e import measure_e2e
-    from pipeline.bench.target import bench_worker
-    from pipeline.bench.workload import make_texts
-
-    ctx = _Context(settings, pair_id)
-    n = _sizes(ctx.translator(), ctx.target.entry.pair, n, 30.0, 200, 2000, 32)
-    try:
-        with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
-            figures = measure_e2e(ctx.settings, ctx.target, make_texts(n, repeat_ratio), rate)
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
-    _emit(ctx.report("e2e", {"e2e": figures}), as_json)
+    _single(settings, pair_id, as_json, n, repeat_ratio, rate, naive=False)
 
 
 @bench.command()
 @_common
 @_workload
-@click.option(
-    "--rate",
-    type=float,
-    default=None,
-    help="Requests per second (default: all at once = saturation).",
-)
+@_rate
 @click.pass_obj
 def naive(
     settings: Settings,
@@ -246,16 +234,39 @@ def naive(
     rate: float | None,
 ) -> None:
     """Baseline: a plain kafka-python consumer translating and committing one at a time."""
-    from pipeline.bench.e2e import measure_naive
+    _single(settings, pair_id, as_json, n, repeat_ratio, rate, naive=True)
+
+
+def _single(
+    settings: Settings,
+    pair_id: str,
+    as_json: bool,
+    n: int | None,
+    repeat_ratio: float,
+    rate: float | None,
+    *,
+    naive: bool,
+) -> None:
+    """``bench e2e`` (a worker started for it) or ``bench naive``, on one workload."""
+    from pipeline.bench.e2e import measure_e2e, measure_naive
+    from pipeline.bench.target import bench_worker
     from pipeline.bench.workload import make_texts
 
     ctx = _Context(settings, pair_id)
-    n = _sizes(ctx.translator(), ctx.target.entry.pair, n, 60.0, 50, 2000, 1)
+    # sized to run about a minute (naive: one at a time) or half a minute (batched)
+    seconds, lo, batch = (60.0, 50, 1) if naive else (30.0, 200, 32)
+    n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, lo, 2000, batch)
+    texts = make_texts(n, repeat_ratio)
     try:
-        figures = measure_naive(ctx.settings, ctx.target, make_texts(n, repeat_ratio), rate)
+        if naive:
+            figures = measure_naive(ctx.settings, ctx.target, texts, rate)
+        else:
+            with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
+                figures = measure_e2e(ctx.settings, ctx.target, texts, rate)
     except BabelStreamError as exc:
         raise _fail(exc) from exc
-    _emit(ctx.report("naive", {"naive": figures}), as_json)
+    name = "naive" if naive else "e2e"
+    _emit(ctx.report(name, {name: figures}), as_json)
 
 
 @bench.command()
