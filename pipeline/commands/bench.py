@@ -203,70 +203,52 @@ def _rate(f: F) -> F:
     )(f)
 
 
-@bench.command()
-@_common
-@_workload
-@_rate
-@click.pass_obj
-def e2e(
-    settings: Settings,
-    pair_id: str,
-    as_json: bool,
-    n: int | None,
-    repeat_ratio: float,
-    rate: float | None,
-) -> None:
-    """Whole pipeline: router, micro-batching, dedup, caches (starts and stops a worker)."""
-    _single(settings, pair_id, as_json, n, repeat_ratio, rate, naive=False)
+def _single_command(name: str, help_text: str, *, naive: bool) -> None:
+    """Register ``bench e2e`` / ``bench naive``: one run of one kind on one workload."""
+
+    @bench.command(name, help=help_text)
+    @_common
+    @_workload
+    @_rate
+    @click.pass_obj
+    def command(
+        settings: Settings,
+        pair_id: str,
+        as_json: bool,
+        n: int | None,
+        repeat_ratio: float,
+        rate: float | None,
+    ) -> None:
+        from pipeline.bench.e2e import measure_e2e, measure_naive
+        from pipeline.bench.target import bench_worker
+        from pipeline.bench.workload import make_texts
+
+        ctx = _Context(settings, pair_id)
+        # sized to run about a minute (naive: one at a time) or half a minute (batched)
+        seconds, lo, batch = (60.0, 50, 1) if naive else (30.0, 200, 32)
+        n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, lo, 2000, batch)
+        texts = make_texts(n, repeat_ratio)
+        try:
+            if naive:
+                figures = measure_naive(ctx.settings, ctx.target, texts, rate)
+            else:
+                with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
+                    figures = measure_e2e(ctx.settings, ctx.target, texts, rate)
+        except BabelStreamError as exc:
+            raise _fail(exc) from exc
+        _emit(ctx.report(name, {name: figures}), as_json)
 
 
-@bench.command()
-@_common
-@_workload
-@_rate
-@click.pass_obj
-def naive(
-    settings: Settings,
-    pair_id: str,
-    as_json: bool,
-    n: int | None,
-    repeat_ratio: float,
-    rate: float | None,
-) -> None:
-    """Baseline: a plain kafka-python consumer translating and committing one at a time."""
-    _single(settings, pair_id, as_json, n, repeat_ratio, rate, naive=True)
-
-
-def _single(
-    settings: Settings,
-    pair_id: str,
-    as_json: bool,
-    n: int | None,
-    repeat_ratio: float,
-    rate: float | None,
-    *,
-    naive: bool,
-) -> None:
-    """``bench e2e`` (a worker started for it) or ``bench naive``, on one workload."""
-    from pipeline.bench.e2e import measure_e2e, measure_naive
-    from pipeline.bench.target import bench_worker
-    from pipeline.bench.workload import make_texts
-
-    ctx = _Context(settings, pair_id)
-    # sized to run about a minute (naive: one at a time) or half a minute (batched)
-    seconds, lo, batch = (60.0, 50, 1) if naive else (30.0, 200, 32)
-    n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, lo, 2000, batch)
-    texts = make_texts(n, repeat_ratio)
-    try:
-        if naive:
-            figures = measure_naive(ctx.settings, ctx.target, texts, rate)
-        else:
-            with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
-                figures = measure_e2e(ctx.settings, ctx.target, texts, rate)
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
-    name = "naive" if naive else "e2e"
-    _emit(ctx.report(name, {name: figures}), as_json)
+_single_command(
+    "e2e",
+    "Whole pipeline: router, micro-batching, dedup, caches (starts and stops a worker).",
+    naive=False,
+)
+_single_command(
+    "naive",
+    "Baseline: a plain kafka-python consumer translating and committing one at a time.",
+    naive=True,
+)
 
 
 @bench.command()
