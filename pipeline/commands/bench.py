@@ -109,17 +109,23 @@ class _Context:
 
 
 def _sizes(
-    translator: Any, pair: Any, n: int | None, seconds: float, lo: int, hi: int, batch: int
+    translator: Any, pair: Any, n: int | None, seconds: float, *, one_at_a_time: bool = False
 ) -> int:
-    """``n``, or as many requests as the engine handles in about ``seconds`` at ``batch``."""
+    """``n``, or as many requests as the engine handles in about ``seconds``.
+
+    Estimated from the model's measured call cost on texts of the bench
+    workload, in calls of 32 (or of one); at least 100 (20 one at a time),
+    at most 2,000.
+    """
     if n is not None:
         return n
     from pipeline.bench.workload import make_texts
 
     sample = translator.prepare(make_texts(100, 0.0, seed=99), pair)
-    longest = max(p.tokens for p in sample)
-    per_text: float = translator.cost_model(pair).seconds(batch, longest) / batch
-    return max(lo, min(hi, math.floor(seconds / per_text)))
+    mean = math.ceil(sum(p.tokens for p in sample) / len(sample))
+    batch, lo = (1, 20) if one_at_a_time else (32, 100)
+    per_text: float = translator.cost_model(pair).seconds(batch, mean) / batch
+    return max(lo, min(2000, math.floor(seconds / per_text)))
 
 
 @bench.command()
@@ -225,8 +231,8 @@ def _single_command(name: str, help_text: str, *, naive: bool) -> None:
 
         ctx = _Context(settings, pair_id)
         # sized to run about a minute (naive: one at a time) or half a minute (batched)
-        seconds, lo, batch = (60.0, 50, 1) if naive else (30.0, 200, 32)
-        n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, lo, 2000, batch)
+        seconds = 60.0 if naive else 30.0
+        n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, one_at_a_time=naive)
         texts = make_texts(n, repeat_ratio)
         try:
             if naive:
@@ -285,8 +291,8 @@ def compare(
     except BabelStreamError as exc:
         raise _fail(exc) from exc
     translator = ctx.translator()
-    n = _sizes(translator, pair, n, 30.0, 200, 2000, 32)
-    n_naive = min(n, _sizes(translator, pair, naive_requests, 60.0, 50, 2000, 1))
+    n = _sizes(translator, pair, n, 30.0)
+    n_naive = min(n, _sizes(translator, pair, naive_requests, 60.0, one_at_a_time=True))
     texts = make_texts(n, repeat_ratio)
     batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget, cost=translator.cost_model(pair))
     ceiling = measure_ceiling(translator, pair, list(dict.fromkeys(texts)), batcher)
@@ -360,7 +366,7 @@ def curve(
 
     ctx = _Context(settings, pair_id)
     fractions = [float(x) for x in levels.split(",")]
-    n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0, 200, 2000, 32)
+    n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0)
     points = []
     try:
         with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
@@ -429,7 +435,7 @@ def adaptive(
     ctx = _Context(settings, pair_id)
     objective = p95_ms or ctx.settings.batching.objective_ms(pair_id)
     fractions = [float(x) for x in phases.split(",")]
-    n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0, 200, 2000, 32)
+    n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0)
     w = ctx.settings.worker
     configs: dict[str, dict[str, str]] = {
         "adaptive": {
