@@ -32,7 +32,7 @@ def plot_curve(points: Sequence[LoadFigures], path: Path, title: str) -> Path:
                 xytext=(0, 5),
                 ha="center",
             )
-    ax.set_xlabel("throughput (requests/s)")
+    ax.set_xlabel("throughput (requests/s); labels: offered load (requests/s)")
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
