@@ -27,6 +27,7 @@ from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
 from pipeline.client import RequestOptions, build_requests
 from pipeline.errors import EngineError
+from pipeline.kafka_clients import admin_client
 from pipeline.messages import TranslationRequest
 from pipeline.settings import Settings
 from pipeline.stack.topics import TopicSpec, ensure_topics
@@ -81,39 +82,49 @@ def measure_e2e(
 
 
 @contextmanager
-def naive_consumer(settings: Settings, target: BenchTarget) -> Iterator[None]:
-    """The naive consumer in a process of its own, warmed up; stopped on exit."""
-    group = f"bench-naive-{uuid.uuid4().hex[:8]}"
-    # Same partition count as a pair topic, created up front (not by auto-create).
-    ensure_topics(settings.kafka, {NAIVE_TOPIC: TopicSpec(settings.kafka.pair_partitions)})
+def naive_consumer(settings: Settings, target: BenchTarget) -> Iterator[str]:
+    """The naive consumer in a process of its own, warmed up; yields the topic it consumes.
+
+    The topic is the run's own (created with a pair topic's partition count,
+    deleted afterwards): a consumer reading a shared topic from the start
+    would first translate every earlier run's requests.
+    """
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"{NAIVE_TOPIC}.{run}", f"bench-naive-{run}"
+    ensure_topics(settings.kafka, {topic: TopicSpec(settings.kafka.pair_partitions)})
     log_path = settings.stack.home / "log" / "bench-naive.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline.bench.naive",
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--pair",
+        target.pair_id,
+    ]
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pipeline.bench.naive",
-                "--group",
-                group,
-                "--pair",
-                target.pair_id,
-            ],
-            env={**os.environ, **target.env()},
-            stdout=log,
-            stderr=subprocess.STDOUT,
+            command, env={**os.environ, **target.env()}, stdout=log, stderr=subprocess.STDOUT
         )
     try:
         # Warm-up: model loaded and partitions assigned before the clock starts.
         warm = run_load(
-            settings.kafka, fresh_requests(["ready?"], target), topic=NAIVE_TOPIC, timeout_s=300
+            settings.kafka, fresh_requests(["ready?"], target), topic=topic, timeout_s=300
         )
         if warm.replies.missing:
             raise EngineError(f"the naive consumer did not answer its warm-up; see {log_path}")
-        yield
+        yield topic
     finally:
         proc.terminate()
         proc.wait(30)
+        admin = admin_client(settings.kafka, "bench-naive")
+        try:
+            admin.delete_topics([topic])
+        finally:
+            admin.close()
 
 
 def measure_naive(
@@ -123,10 +134,8 @@ def measure_naive(
     rate: float | None = None,
 ) -> LoadFigures:
     """One-at-a-time consumer on the same texts and model."""
-    with naive_consumer(settings, target):
-        report = run_load(
-            settings.kafka, fresh_requests(texts, target), rate=rate, topic=NAIVE_TOPIC
-        )
+    with naive_consumer(settings, target) as topic:
+        report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate, topic=topic)
     summary = report.summary()
     return LoadFigures.from_summary(
         summary, padding_ratio=0.0, engine_batch_sizes={"1": summary["results"]}, offered_rps=rate

@@ -17,6 +17,7 @@ from pipeline.messages import TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import load_settings
 
+# each bench run consumes a topic of its own: NAIVE_TOPIC.<run id>
 NAIVE_TOPIC = "translate.bench.naive"
 
 

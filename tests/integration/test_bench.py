@@ -28,3 +28,20 @@ def test_bench_worker_serves_every_request_and_refuses_a_second_bench(stack):
     assert 0.0 <= (figures.padding_ratio or 0.0) < 1.0
     # the worker is gone: the pair is free again
     refuse_if_served(settings.kafka, "en_en-XA")
+
+
+def test_naive_consumer_answers_this_run_on_a_topic_of_its_own(stack):
+    from pipeline.bench.e2e import measure_naive
+    from pipeline.kafka_clients import admin_client
+
+    settings = load_settings()
+    target = resolve_target(settings, "en_en-XA")
+    for seed in (1, 2):  # a second run must not see the first run's requests
+        figures = measure_naive(settings, target, make_texts(12, 0.0, seed=seed))
+        assert (figures.requests, figures.results, figures.missing) == (12, 12, 0)
+        assert figures.engine_batch_sizes == {"1": 12}
+    admin = admin_client(settings.kafka)
+    try:
+        assert not [t for t in admin.list_topics() if t.startswith("translate.bench.naive.")]
+    finally:
+        admin.close()
