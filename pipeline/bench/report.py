@@ -14,6 +14,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipeline.engine.profile import cpu_model
 from pipeline.engine.registry import PairEntry
 from pipeline.settings import Settings
 
@@ -37,22 +38,9 @@ class Machine:
 
         cpus = os.cpu_count() or 1
         load = os.getloadavg()[0]
-        cpu_model = platform.processor() or platform.machine()
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8") as info:
-                cpu_model = next(
-                    (
-                        line.split(":", 1)[1].strip()
-                        for line in info
-                        if line.startswith("model name")
-                    ),
-                    cpu_model,
-                )
-        except OSError:
-            pass
         return cls(
             cpus,
-            cpu_model,
+            cpu_model(),
             platform.platform(),
             platform.python_version(),
             ctranslate2.__version__,

@@ -145,21 +145,25 @@ def measure_profile(
     return EngineProfile(chosen, cost, speeds, timings, measured_at=time.time())
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` knows."""
+    fallback = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return fallback
+
+
 def machine_key(device: str, inter_threads: int, intra_threads: int) -> str:
     """What makes timings comparable: CPU model, core count, device, threads, CTranslate2."""
     import ctranslate2
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            cpu = next(
-                (line.split(":", 1)[1].strip() for line in info if line.startswith("model name")),
-                cpu,
-            )
-    except OSError:
-        pass
     return (
-        f"{cpu}|cpus={os.cpu_count()}|{device}|threads={inter_threads}x{intra_threads}"
+        f"{cpu_model()}|cpus={os.cpu_count()}|{device}|threads={inter_threads}x{intra_threads}"
         f"|ct2={ctranslate2.__version__}"
     )
 
