@@ -497,7 +497,7 @@ def adaptive(
     "n",
     type=int,
     default=None,
-    help="Interactive requests per phase (default: --seconds worth at --rate).",
+    help="Interactive requests per phase (default: --seconds worth at --rate, at least 8).",
 )
 @click.option(
     "--rate",
@@ -505,7 +505,13 @@ def adaptive(
     default=None,
     help="Interactive requests/s (default: a tenth of the engine's one-at-a-time rate).",
 )
-@click.option("--seconds", type=click.FloatRange(1), default=30.0, show_default=True)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(1),
+    default=30.0,
+    show_default=True,
+    help="Length of each phase (alone, with bulk).",
+)
 @click.option(
     "--bulk-docs",
     type=int,
@@ -541,7 +547,7 @@ def interference(
         translator = ctx.translator()
         rate = round(0.1 / translator.cost_model(ctx.target.entry.pair).seconds(1, 24), 2)
         del translator
-    n = n or max(20, round(rate * seconds))
+    n = n or max(8, round(rate * seconds))
     try:
         with (
             bench_worker(ctx.settings, ctx.target, "bench-worker.log"),
