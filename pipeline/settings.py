@@ -237,8 +237,6 @@ class BatchingSettings(_Section):
     # bulk calls are cut so each is estimated to run at most this long: a running
     # call cannot be pre-empted, so this bounds how long interactive work waits
     bulk_max_call_s: float = Field(0.05, gt=0)
-    # bulk's share of engine time while interactive work is waiting
-    bulk_share: float = Field(0.2, gt=0, le=1)
 
     @field_validator("p95_ms")
     @classmethod

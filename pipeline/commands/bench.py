@@ -577,7 +577,6 @@ def interference(
             "saturated_throughout": saturated,
         },
         "bulk_max_call_s": ctx.settings.batching.bulk_max_call_s,
-        "bulk_share": ctx.settings.batching.bulk_share,
     }
     _emit(
         ctx.report(
