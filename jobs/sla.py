@@ -298,7 +298,8 @@ def _run_resuming(spark: SparkSession, settings: Settings, sinks: WindowSinks,
 
 
 def run(settings: Settings, until_idle_s: float | None = None,
-        stop: threading.Event | None = None) -> RunSummary:
+        stop: threading.Event | None = None,
+        on_input: Callable[[int], object] | None = None) -> RunSummary:
     """Run the SLA job until ``stop`` is set or, with ``until_idle_s``, input stops.
 
     Raises :class:`~pipeline.sla.SlaJobError` when the query fails (the
@@ -307,12 +308,13 @@ def run(settings: Settings, until_idle_s: float | None = None,
     ``until_idle_s`` counts from the query's start, then from the last
     micro-batch with input; make it a few triggers long, so that the batch
     emitting the windows the last input closed runs before the stop (if it
-    does not, the next run emits them).
+    does not, the next run emits them). ``on_input`` gets the input rows of
+    each micro-batch that had some.
     """
     started = time.monotonic()
     spark = build_session(settings)
     sinks = WindowSinks(settings)
-    tracker = ProgressTracker(until_idle_s)
+    tracker = ProgressTracker(until_idle_s, on_input=on_input)
     try:
         _run_resuming(spark, settings, sinks, tracker, stop or threading.Event())
     except StreamingQueryException as exc:

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Literal, TypeVar
+from typing import ClassVar, Literal, TypeVar
 
 import redis
 from cachetools import LRUCache
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from pipeline.settings import RedisSettings
 
@@ -32,6 +33,9 @@ T = TypeVar("T")
 class CachedTranslation:
     """What a cache (or the dedup window) remembers for one digest."""
 
+    # validated strictly when read back from Redis (pydantic reads this on dataclasses)
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(strict=True)
+
     text: str
     model: str
     input_tokens: int
@@ -42,7 +46,11 @@ class CachedTranslation:
 
     @classmethod
     def from_json(cls, data: str | bytes) -> CachedTranslation:
-        return cls(**json.loads(data))
+        """Parse and validate a stored entry (pydantic.ValidationError when it is not one)."""
+        return _ENTRY.validate_json(data)
+
+
+_ENTRY = TypeAdapter(CachedTranslation)
 
 
 class LruCache:
@@ -97,8 +105,10 @@ class RedisCache:
         self._down_until = 0.0
         self._degraded_logged = False
         self.errors = 0
+        self.corrupt = 0
 
-    def _key(self, digest: str) -> str:
+    def key(self, digest: str) -> str:
+        """The Redis key of a digest (prefix, cache version, digest)."""
         s = self._settings
         return f"{s.key_prefix}:v{s.cache_version}:{digest}"
 
@@ -122,16 +132,23 @@ class RedisCache:
         if not digests or not self.available:
             return {}
         try:
-            values = self._client.mget([self._key(d) for d in digests])
+            values = self._client.mget([self.key(d) for d in digests])
         except redis.RedisError as exc:
             self._failed(exc)
             return {}
         self._recovered()
-        return {
-            digest: CachedTranslation.from_json(value)
-            for digest, value in zip(digests, values, strict=True)
-            if value is not None
-        }
+        found: dict[str, CachedTranslation] = {}
+        for digest, value in zip(digests, values, strict=True):
+            if value is None:
+                continue
+            try:
+                found[digest] = CachedTranslation.from_json(value)
+            except ValidationError as exc:
+                # Written by another version or damaged: a miss, never a failed request.
+                self.corrupt += 1
+                log.warning("ignoring an unreadable L2 cache entry %s (%d problems)",
+                            self.key(digest), exc.error_count())
+        return found
 
     def put_many(self, entries: Mapping[str, CachedTranslation]) -> None:
         if not entries or not self.available:
@@ -139,7 +156,7 @@ class RedisCache:
         try:
             with self._client.pipeline(transaction=False) as pipe:
                 for digest, entry in entries.items():
-                    pipe.set(self._key(digest), entry.to_json(), ex=self._settings.ttl_s)
+                    pipe.set(self.key(digest), entry.to_json(), ex=self._settings.ttl_s)
                 pipe.execute()
         except redis.RedisError as exc:
             self._failed(exc)

@@ -8,11 +8,22 @@ edge reads the environment.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,7 +31,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pipeline.errors import ContractError
+from pipeline.errors import ConfigError, ContractError
 from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +54,9 @@ class KafkaSettings(_Section):
     sla_partitions: int = Field(1, ge=1)
     request_timeout_ms: int = Field(30_000, ge=1000)
     client_id: str = "babelstream"
+    # how long a command waits for a TCP connection to a broker (or a spark:// master)
+    # before it says the service is not reachable, instead of a client's long timeout
+    connect_timeout_s: float = Field(3.0, gt=0)
 
 
 class RedisSettings(_Section):
@@ -67,6 +81,8 @@ class StackSettings(_Section):
     pairs: tuple[str, ...] = ("en_en-XA", "en-XA_en")
     start_timeout_s: float = Field(120.0, gt=0)
     stop_timeout_s: float = Field(30.0, gt=0)
+    # `babelstream status`: how long each HTTP probe (worker readiness, dashboard) may take
+    probe_timeout_s: float = Field(1.0, gt=0)
 
 
 class LimitSettings(_Section):
@@ -114,8 +130,31 @@ class WorkerSettings(_Section):
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
     concurrency: int = Field(1, ge=1)
-    web_port: int = 6066
+    # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
+    web_port: int = Field(6066, ge=0, le=65535)
+    web_host: str = "127.0.0.1"
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
+    # Static membership (KIP-345): a replica restarted within the session timeout
+    # gets its partitions back without a rebalance. Each live replica needs its
+    # own stable id (a StatefulSet pod name); default: <hostname>-<web port>.
+    static_membership: bool = True
+    instance_id: str | None = None
+    # How long the group waits for a silent member before moving its partitions
+    # (the failover time after a crash); heartbeats go out every third of it.
+    session_timeout_s: float = Field(10.0, ge=6.0, le=300.0)
+    # offsets of finished batches are committed at most this often
+    commit_interval_s: float = Field(0.5, gt=0)
+    # a produced record not acknowledged within this is a transient fault
+    produce_timeout_s: float = Field(30.0, gt=0)
+    # transient faults: backoff between attempts of a batch, and for how long in all
+    # before the worker exits non-zero (nothing committed, so nothing is lost)
+    retry_initial_s: float = Field(0.5, gt=0)
+    retry_max_s: float = Field(15.0, gt=0)
+    retry_budget_s: float = Field(300.0, gt=0)
+    # at start: how long to wait for the brokers, then for every topic to be visible
+    broker_wait_s: float = Field(120.0, ge=0)
+    # SIGTERM: finish the running batch, publish, commit and exit within this bound
+    stop_timeout_s: float = Field(30.0, gt=0)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
@@ -199,7 +238,7 @@ class ObservabilitySettings(_Section):
     """
 
     service_name: str = "babelstream"
-    # print finished spans to stdout (debugging)
+    # print finished spans to stderr (debugging)
     console_exporter: bool = False
     # append finished spans as JSON lines to this file (tests, debugging)
     span_file: Path | None = None
@@ -289,3 +328,66 @@ class Settings(BaseSettings):
 def load_settings(**overrides: Any) -> Settings:
     """Build settings from env / config file, with explicit overrides on top."""
     return Settings(**overrides)
+
+
+ENV_PREFIX = "BABELSTREAM_"
+CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
+
+
+def _setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
+    """(variable name, ``section.field``, field info) of every setting."""
+    for section, info in Settings.model_fields.items():
+        model = info.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for name, field in model.model_fields.items():
+            yield f"{ENV_PREFIX}{section}__{name}".upper(), f"{section}.{name}", field
+
+
+def setting_variables() -> dict[str, str]:
+    """Every ``BABELSTREAM_<SECTION>__<FIELD>`` variable name -> its setting (``section.field``)."""
+    return {variable: setting for variable, setting, _ in _setting_fields()}
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse a ``BABELSTREAM_*`` variable that names no setting, naming the closest one.
+
+    Without this a misspelled section is silently ignored and a misspelled
+    field fails with a pydantic dump.
+    """
+    valid = setting_variables().keys() | {CONFIG_VARIABLE}
+    sections = {f"{ENV_PREFIX}{section}".upper() for section in Settings.model_fields}
+    # dict settings take their keys as further levels (..._SLA__THRESHOLDS_MS__en_de=2000)
+    dicts = tuple(f"{variable}__" for variable, _, field in _setting_fields()
+                  if get_origin(field.annotation) is dict)
+    for name in sorted(environ):
+        upper = name.upper()
+        if (not upper.startswith(ENV_PREFIX) or upper in valid or upper in sections
+                or upper.startswith(dicts)):
+            continue
+        close = difflib.get_close_matches(upper, sorted(valid), n=1, cutoff=0.6)
+        hint = (f"did you mean {close[0]}?" if close
+                else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (README: Configuration)")
+        raise ConfigError(f"unknown setting {name}; {hint}")
+
+
+def describe_settings_error(exc: ValidationError) -> str:
+    """The problems of invalid settings on one line, each named by its variable."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        variable = ENV_PREFIX + "__".join(str(p) for p in err["loc"][:2]).upper()
+        value = err.get("input")
+        shown = f"={value}" if isinstance(value, str | int | float) else ""
+        problem = "no such setting" if err["type"] == "extra_forbidden" else err["msg"]
+        parts.append(f"{variable}{shown}: {problem}")
+    return "; ".join(parts)
+
+
+def settings_from_environment() -> Settings:
+    """Settings for the command line; unknown or invalid settings raise a one-line ConfigError."""
+    check_environment(os.environ)
+    try:
+        return load_settings()
+    except ValidationError as exc:
+        from_file = CONFIG_VARIABLE in os.environ
+        source = f" (environment or {CONFIG_VARIABLE} file)" if from_file else ""
+        raise ConfigError(f"invalid settings{source}: {describe_settings_error(exc)}") from exc

@@ -178,6 +178,8 @@ class ProgressTracker:
 
     idle_s: float | None = None
     clock: Callable[[], float] = time.monotonic
+    # called with the input rows of each new micro-batch that had some (progress bars)
+    on_input: Callable[[int], object] | None = None
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
     _last_input: float = field(init=False, repr=False)
@@ -199,6 +201,8 @@ class ProgressTracker:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))
                 self.input_batches.append(BatchStat(key[0], rows, ms))
                 self._last_input = self.clock()
+                if self.on_input is not None:
+                    self.on_input(rows)
         return new
 
     def idle(self) -> bool:

@@ -11,11 +11,9 @@ Each run uses a fresh tenant, so earlier runs' cache entries cannot answer.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +26,7 @@ from pipeline.bench.target import BenchTarget
 from pipeline.client import RequestOptions, build_requests
 from pipeline.errors import EngineError
 from pipeline.kafka_clients import admin_client
+from pipeline.local_worker import WorkerProcess
 from pipeline.messages import TranslationRequest
 from pipeline.settings import Settings
 from pipeline.stack.topics import TopicSpec, ensure_topics
@@ -39,14 +38,6 @@ def fresh_requests(texts: Sequence[str], target: BenchTarget) -> list[Translatio
     return build_requests(
         list(texts), target.entry.pair, RequestOptions(timeout_ms=3_600_000, tenant=tenant)
     )
-
-
-def worker_stats(settings: Settings) -> dict[str, Any]:
-    """The running worker's counters (``/babelstream/stats`` on its web port)."""
-    url = f"http://127.0.0.1:{settings.worker.web_port}/babelstream/stats"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        stats: dict[str, Any] = json.load(response)
-    return stats
 
 
 def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -69,13 +60,14 @@ def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
 def measure_e2e(
     settings: Settings,
     target: BenchTarget,
+    worker: WorkerProcess,
     texts: Sequence[str],
     rate: float | None = None,
 ) -> LoadFigures:
-    """The requests through a running worker (started by the caller), at ``rate`` or at once."""
-    before = worker_stats(settings)
+    """The requests through ``worker`` (started by the caller), at ``rate`` or all at once."""
+    before = worker.stats()
     report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
-    after = worker_stats(settings)
+    after = worker.stats()
     return LoadFigures.from_summary(
         report.summary(), **stats_delta(before, after), offered_rps=rate
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.bench.e2e import fresh_requests, worker_stats
+from pipeline.bench.e2e import fresh_requests
 from pipeline.bench.load import run_load
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
@@ -28,6 +28,7 @@ from pipeline.bench.workload import make_texts
 from pipeline.bulk.state import JobState
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.errors import EngineError
+from pipeline.local_worker import WorkerProcess
 from pipeline.settings import Settings
 
 
@@ -56,13 +57,13 @@ def interactive(
     )
 
 
-def wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 300.0) -> None:
+def wait_quiet(worker: WorkerProcess, quiet_s: float = 2.0, limit_s: float = 300.0) -> None:
     """Until the worker's engine stops working (so no bulk backlog outlives the bench)."""
     deadline = time.monotonic() + limit_s
-    last, since = worker_stats(settings)["engine_texts"], time.monotonic()
+    last, since = worker.stats()["engine_texts"], time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
         time.sleep(0.5)
-        now = worker_stats(settings)["engine_texts"]
+        now = worker.stats()["engine_texts"]
         if now != last:
             last, since = now, time.monotonic()
 

@@ -26,8 +26,12 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
     settings = load_settings()
     translator = CTranslate2Translator.from_settings(settings.engine, [pair_id])
     consumer = KafkaConsumer(
-        topic, bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group,
-        enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=1,
+        topic,
+        bootstrap_servers=settings.kafka.bootstrap_servers,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=1,
     )
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
     last = time.monotonic()
@@ -39,13 +43,20 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
                 started = now_ms()
                 (out,) = translator.translate_batch([request.text], request.pair)
                 result = TranslationResult.for_request(
-                    request, status="ok", translation=out.text, model=translator.model_id,
-                    cache="miss", started_at=started, batch_size=1,
-                    input_tokens=out.input_tokens, output_tokens=out.output_tokens,
+                    request,
+                    status="ok",
+                    translation=out.text,
+                    model=translator.model_id,
+                    cache="miss",
+                    started_at=started,
+                    batch_size=1,
+                    input_tokens=out.input_tokens,
+                    output_tokens=out.output_tokens,
                     worker="naive",
                 )
-                producer.send(RESULTS_TOPIC, key=request.request_id.encode(),
-                              value=result.to_json()).get(timeout=30)
+                producer.send(
+                    RESULTS_TOPIC, key=request.request_id.encode(), value=result.to_json()
+                ).get(timeout=30)
                 consumer.commit()
     consumer.close()
     producer.close()
@@ -55,8 +66,13 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
 @click.option("--topic", default=NAIVE_TOPIC, show_default=True)
 @click.option("--group", required=True, help="Consumer group (fresh per run).")
 @click.option("--pair", "pair_id", required=True, help="The pair to load (SRC_TGT).")
-@click.option("--idle-exit", type=float, default=600.0, show_default=True,
-              help="Exit after this many seconds without a message.")
+@click.option(
+    "--idle-exit",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Exit after this many seconds without a message.",
+)
 def main(topic: str, group: str, pair_id: str, idle_exit: float) -> None:
     """Serve the naive baseline until idle (started by ``babelstream bench naive``)."""
     serve(topic, group, pair_id, idle_exit)

@@ -102,7 +102,7 @@ def bench_worker(
     target: BenchTarget,
     log_name: str,
     env: dict[str, str] | None = None,
-) -> Iterator[None]:
+) -> Iterator[WorkerProcess]:
     """A worker for the target pair alone, started for this bench and stopped after it.
 
     ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables).
@@ -114,8 +114,14 @@ def bench_worker(
         settings,
         log_path=log_path,
         pairs=[target.pair_id],
-        env={**target.env(), **(env or {})},
+        # dynamic membership: a bench worker leaves its group when it stops, so the
+        # next bench does not find it there for a session timeout (static members stay)
+        env={
+            **target.env(),
+            "BABELSTREAM_WORKER__STATIC_MEMBERSHIP": "false",
+            **(env or {}),
+        },
         probe_pair=target.entry.pair,
     )
     with worker:
-        yield
+        yield worker

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 import click
 
 from pipeline.cli import LazyGroup
-from pipeline.errors import BabelStreamError
 from pipeline.local_worker import DEMO_PAIR
 from pipeline.settings import Settings
 
@@ -66,22 +65,18 @@ def _emit(report: Any, as_json: bool) -> None:
     click.echo(report.to_json(indent=None if as_json else 2))
 
 
-def _fail(exc: BaseException) -> click.ClickException:
-    return click.ClickException(str(exc))
-
-
 class _Context:
     """What every bench needs: the target, its translator (loaded lazily), the report header."""
 
-    def __init__(self, settings: Settings, pair_id: str) -> None:
+    def __init__(self, settings: Settings, pair_id: str, *, kafka: bool = True) -> None:
         from pipeline.bench.report import Machine, RunSettings
         from pipeline.bench.target import resolve_target
+        from pipeline.reachability import require_kafka
 
         self.machine = Machine.current()  # before anything of ours loads the machine
-        try:
-            self.target = resolve_target(settings, pair_id)
-        except BabelStreamError as exc:
-            raise _fail(exc) from exc
+        if kafka:
+            require_kafka(settings.kafka)  # one line now, not a client timeout later
+        self.target = resolve_target(settings, pair_id)
         self.settings = self.target.settings(settings)
         self.run_settings = RunSettings.of(self.settings, self.target.entry)
 
@@ -131,8 +126,16 @@ def _sizes(
 @bench.command()
 @_common
 @click.option("--seconds", default=3.0, show_default=True, help="Minimum time per configuration.")
-@click.option("--sentences", default=256, show_default=True, type=click.IntRange(64))
-@click.option("--batch-sizes", default="1,8,32,64", show_default=True)
+@click.option(
+    "--sentences",
+    default=256,
+    show_default=True,
+    type=click.IntRange(64),
+    help="Generated sentences (3-40 words) cycled through.",
+)
+@click.option(
+    "--batch-sizes", default="1,8,32,64", show_default=True, help="Comma-separated batch sizes."
+)
 @click.option(
     "--compute-types",
     default=None,
@@ -152,10 +155,12 @@ def engine(
     import ctranslate2
 
     from pipeline.bench.engine import generated_sentences, measure_fixed
+    from pipeline.bench.report import ratio
     from pipeline.engine.profile import candidates
     from pipeline.engine.translator import CTranslate2Translator
+    from pipeline.progress import progress_bar
 
-    ctx = _Context(settings, pair_id)
+    ctx = _Context(settings, pair_id, kafka=False)
     pair = ctx.target.entry.pair
     profiled = ctx.translator()  # measures (or reads) the profile: compute type, call costs
     profile = profiled.profiles.get(pair.id)
@@ -167,34 +172,31 @@ def engine(
         if compute_types
         else candidates(profiled.device, ctranslate2.get_supported_compute_types(profiled.device))
     )
-    for ctype in types:
-        translator = CTranslate2Translator(
-            [ctx.target.entry],
-            device=e.device,
-            compute_type=ctype,
-            inter_threads=e.inter_threads,
-            intra_threads=e.intra_threads,
-            beam_size=e.beam_size,
-        )
-        prepared = translator.prepare(texts, pair)
-        for size in (int(b) for b in batch_sizes.split(",")):
-            figures = measure_fixed(
-                translator, pair, prepared, batch_size=size, min_seconds=seconds
+    sizes = sorted(int(b) for b in batch_sizes.split(","))
+    with progress_bar("configurations", total=len(types) * len(sizes)) as bar:
+        for ctype in types:
+            translator = CTranslate2Translator(
+                [ctx.target.entry],
+                device=e.device,
+                compute_type=ctype,
+                inter_threads=e.inter_threads,
+                intra_threads=e.intra_threads,
+                beam_size=e.beam_size,
             )
-            runs[f"{ctype}/batch{size}"] = figures
-            if not as_json:
-                click.echo(
-                    f"  {ctype:<13} batch {size:>3}: {figures.sentences_per_s:>8.2f} "
-                    f"sent/s {figures.tokens_per_s:>9.1f} tok/s",
-                    err=True,
+            prepared = translator.prepare(texts, pair)
+            for size in sizes:
+                bar.set_postfix_str(f"{ctype} batch {size}")
+                runs[f"{ctype}/batch{size}"] = measure_fixed(
+                    translator, pair, prepared, batch_size=size, min_seconds=seconds
                 )
-    best = {
-        ct: max(f.sentences_per_s for k, f in runs.items() if k.startswith(ct + "/"))
-        for ct in {k.split("/")[0] for k in runs}
-    }
-    ratios = {
-        f"{ct}_batching_gain": round(best[ct] / runs[f"{ct}/batch1"].sentences_per_s, 2)
-        for ct in best
+                bar.update()
+    # what batching is worth: the best batch size against the smallest one measured
+    ratios: dict[str, float | None] = {
+        f"{ct}_batching_gain": ratio(
+            max(runs[f"{ct}/batch{size}"].sentences_per_s for size in sizes),
+            runs[f"{ct}/batch{sizes[0]}"].sentences_per_s,
+        )
+        for ct in types
     }
     extra = {"profile": profile.to_json() if profile else None}
     _emit(ctx.report("engine", runs, ratios=ratios, extra=extra), as_json)
@@ -234,14 +236,11 @@ def _single_command(name: str, help_text: str, *, naive: bool) -> None:
         seconds = 60.0 if naive else 30.0
         n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, one_at_a_time=naive)
         texts = make_texts(n, repeat_ratio)
-        try:
-            if naive:
-                figures = measure_naive(ctx.settings, ctx.target, texts, rate)
-            else:
-                with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
-                    figures = measure_e2e(ctx.settings, ctx.target, texts, rate)
-        except BabelStreamError as exc:
-            raise _fail(exc) from exc
+        if naive:
+            figures = measure_naive(ctx.settings, ctx.target, texts, rate)
+        else:
+            with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
+                figures = measure_e2e(ctx.settings, ctx.target, worker, texts, rate)
         _emit(ctx.report(name, {name: figures}), as_json)
 
 
@@ -286,10 +285,7 @@ def compare(
 
     ctx = _Context(settings, pair_id)
     pair = ctx.target.entry.pair
-    try:
-        refuse_if_served(ctx.settings.kafka, pair.id)  # before minutes of engine work
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
+    refuse_if_served(ctx.settings.kafka, pair.id)  # before minutes of engine work
     translator = ctx.translator()
     n = _sizes(translator, pair, n, 30.0)
     n_naive = min(n, _sizes(translator, pair, naive_requests, 60.0, one_at_a_time=True))
@@ -297,12 +293,9 @@ def compare(
     batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget, cost=translator.cost_model(pair))
     ceiling = measure_ceiling(translator, pair, list(dict.fromkeys(texts)), batcher)
     del translator  # its threads idle, but its memory is the worker's to use now
-    try:
-        with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
-            pipeline_run = measure_e2e(ctx.settings, ctx.target, texts)
-        baseline = measure_naive(ctx.settings, ctx.target, texts[:n_naive])
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
+    with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
+        pipeline_run = measure_e2e(ctx.settings, ctx.target, worker, texts)
+    baseline = measure_naive(ctx.settings, ctx.target, texts[:n_naive])
     ratios = {
         "e2e_over_engine": ratio(pipeline_run.throughput_rps, ceiling.sentences_per_s),
         "e2e_over_naive": ratio(pipeline_run.throughput_rps, baseline.throughput_rps),
@@ -368,25 +361,20 @@ def curve(
     fractions = [float(x) for x in levels.split(",")]
     n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0)
     points = []
-    try:
-        with bench_worker(ctx.settings, ctx.target, "bench-worker.log"):
-            saturation = measure_e2e(ctx.settings, ctx.target, make_texts(n_sat, 0.0, seed=50))
-            for k, fraction in enumerate(fractions):
-                rate = fraction * saturation.throughput_rps
-                count = max(20, round(rate * level_seconds))
-                points.append(
-                    measure_e2e(ctx.settings, ctx.target, make_texts(count, 0.0, seed=51 + k), rate)
+    with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
+        saturation = measure_e2e(ctx.settings, ctx.target, worker, make_texts(n_sat, 0.0, seed=50))
+        for k, fraction in enumerate(fractions):
+            rate = fraction * saturation.throughput_rps
+            count = max(20, round(rate * level_seconds))
+            texts = make_texts(count, 0.0, seed=51 + k)
+            points.append(measure_e2e(ctx.settings, ctx.target, worker, texts, rate))
+            if not as_json:
+                p = points[-1]
+                click.echo(
+                    f"  {fraction:4.0%} offered {rate:7.2f}/s: {p.throughput_rps:7.2f}/s "
+                    f"P50 {p.p50_ms:7.0f} P95 {p.p95_ms:7.0f} P99 {p.p99_ms:7.0f} ms",
+                    err=True,
                 )
-                if not as_json:
-                    p = points[-1]
-                    click.echo(
-                        f"  {fraction:4.0%} offered {rate:7.2f}/s: {p.throughput_rps:7.2f}"
-                        f"/s P50 {p.p50_ms:7.0f} P95 {p.p95_ms:7.0f} P99 {p.p99_ms:7.0f}"
-                        " ms",
-                        err=True,
-                    )
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
     runs: dict[str, Any] = {"saturation": saturation, "curve": points}
     report = ctx.report("curve", runs, extra={"levels": fractions})
     out_dir = out_dir or ctx.settings.stack.home / "bench"
@@ -414,7 +402,13 @@ def curve(
     show_default=True,
     help="Ramp: load per phase, as fractions of the default setting's saturation.",
 )
-@click.option("--phase-seconds", type=click.FloatRange(1), default=12.0, show_default=True)
+@click.option(
+    "--phase-seconds",
+    type=click.FloatRange(1),
+    default=12.0,
+    show_default=True,
+    help="Paced load per phase of the ramp.",
+)
 @click.pass_obj
 def adaptive(
     settings: Settings,
@@ -438,38 +432,33 @@ def adaptive(
     n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0)
     w = ctx.settings.worker
     configs: dict[str, dict[str, str]] = {
-        "adaptive": {
-            "BABELSTREAM_BATCHING__ADAPTIVE": "true",
-            "BABELSTREAM_BATCHING__P95_MS": json_module.dumps({pair_id: objective}),
-        },
         "static_default": {},
         "static_large": {
             "BABELSTREAM_WORKER__MAX_MESSAGES": str(4 * w.max_messages),
             "BABELSTREAM_WORKER__MAX_WAIT_S": str(10 * w.max_wait_s),
             "BABELSTREAM_WORKER__TOKEN_BUDGET": str(4 * w.token_budget),
         },
+        "adaptive": {
+            "BABELSTREAM_BATCHING__ADAPTIVE": "true",
+            "BABELSTREAM_BATCHING__P95_MS": json_module.dumps({pair_id: objective}),
+        },
     }
     runs: dict[str, Any] = {}
-    saturation_rps: float | None = None
-    try:
-        for name, env in configs.items():
-            with bench_worker(ctx.settings, ctx.target, f"bench-worker-{name}.log", env=env):
-                if saturation_rps is None:
-                    sat = measure_e2e(ctx.settings, ctx.target, make_texts(n_sat, 0.0, seed=60))
-                    saturation_rps = sat.throughput_rps
-                    runs["saturation_static_default"] = sat
-                ramp = []
-                for k, fraction in enumerate(fractions):
-                    rate = fraction * saturation_rps
-                    count = max(20, round(rate * phase_seconds))
-                    ramp.append(
-                        measure_e2e(
-                            ctx.settings, ctx.target, make_texts(count, 0.0, seed=61 + k), rate
-                        )
-                    )
-                runs[name] = ramp
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
+    saturation_rps = 0.0
+    for name, env in configs.items():  # static_default first: it sets the ramp's scale
+        with bench_worker(ctx.settings, ctx.target, f"bench-worker-{name}.log", env=env) as worker:
+            if not saturation_rps:
+                texts = make_texts(n_sat, 0.0, seed=60)
+                runs["saturation_static_default"] = measure_e2e(
+                    ctx.settings, ctx.target, worker, texts
+                )
+                saturation_rps = runs["saturation_static_default"].throughput_rps
+            ramp = []
+            for k, fraction in enumerate(fractions):
+                rate = fraction * saturation_rps
+                texts = make_texts(max(20, round(rate * phase_seconds)), 0.0, seed=61 + k)
+                ramp.append(measure_e2e(ctx.settings, ctx.target, worker, texts, rate))
+            runs[name] = ramp
     peak = fractions.index(max(fractions))
     statics = {k: runs[k][peak].throughput_rps for k in configs if k.startswith("static")}
     best_static = max(statics, key=lambda k: statics[k])
@@ -548,24 +537,21 @@ def interference(
         rate = round(0.1 / translator.cost_model(ctx.target.entry.pair).seconds(1, 24), 2)
         del translator
     n = n or max(8, round(rate * seconds))
-    try:
-        with (
-            bench_worker(ctx.settings, ctx.target, "bench-worker.log"),
-            tempfile.TemporaryDirectory() as tmp,
-        ):
-            alone = interactive(ctx.settings, ctx.target, n, rate, seed=21)
-            bulk = BackgroundBulk(ctx.target, bulk_docs, max_in_flight, Path(tmp))
-            try:
-                bulk.start(warm_segments=min(200, max_in_flight // 2))
-                before, started = bulk.completed(), time.monotonic()
-                loaded = interactive(ctx.settings, ctx.target, n, rate, seed=22)
-                during, elapsed = bulk.completed() - before, time.monotonic() - started
-                saturated = bulk.running
-            finally:
-                bulk.close()
-            wait_quiet(ctx.settings)
-    except BabelStreamError as exc:
-        raise _fail(exc) from exc
+    with (
+        bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        alone = interactive(ctx.settings, ctx.target, n, rate, seed=21)
+        bulk = BackgroundBulk(ctx.target, bulk_docs, max_in_flight, Path(tmp))
+        try:
+            bulk.start(warm_segments=min(200, max_in_flight // 2))
+            before, started = bulk.completed(), time.monotonic()
+            loaded = interactive(ctx.settings, ctx.target, n, rate, seed=22)
+            during, elapsed = bulk.completed() - before, time.monotonic() - started
+            saturated = bulk.running
+        finally:
+            bulk.close()
+        wait_quiet(worker)
     ratios = {
         "p99_with_bulk_over_alone": ratio(loaded.p99_ms, alone.p99_ms),
         "bulk_segments_per_s": round(during / elapsed, 2) if elapsed else 0.0,

@@ -23,7 +23,10 @@ from typing import Any
 
 import click
 
+from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.messages import SlaWindow
+from pipeline.progress import progress_bar
+from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
 from pipeline.sla import RunSummary
 
@@ -65,10 +68,13 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
     from kafka import KafkaProducer
 
     started = time.monotonic()
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks=1,
-                             linger_ms=50, batch_size=512 * 1024)
-    for value in synthetic_results(count, pairs, rate):
-        producer.send(topic, value=value)
+    # acks=1 without idempotence: synthetic load, speed over delivery guarantees
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
+                             enable_idempotence=False, linger_ms=50, batch_size=512 * 1024)
+    with progress_bar("pre-loaded", total=count, unit="result") as bar:
+        for value in synthetic_results(count, pairs, rate):
+            producer.send(topic, value=value)
+            bar.update()
     sla = settings.sla
     closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
     tick_at = _BASE_MS + count * 1000 // rate + closing_ms
@@ -80,9 +86,7 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
 
 
 def _topics(settings: Settings, names: dict[str, int], create: bool) -> None:
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka.bootstrap_servers)
+    admin = admin_client(settings.kafka, "bench-sla")
     try:
         if create:
             admin.create_topics({name: {"num_partitions": n, "replication_factor": 1}
@@ -97,8 +101,9 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
     """The SlaWindow messages on ``topic``, each validated against the contract."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, bootstrap_servers=settings.kafka.bootstrap_servers,
-                             auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench-sla"),
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000)
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]
     finally:
@@ -130,7 +135,8 @@ def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> d
 @click.command()
 @click.option("--results", "count", type=click.IntRange(1), default=200_000, show_default=True,
               help="Synthetic results to pre-load.")
-@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True)
+@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True,
+              help="Synthetic pairs the results are spread over.")
 @click.option("--rate", type=click.IntRange(1), default=1000, show_default=True,
               help="Results per second of event time (all pairs together).")
 @click.option("--max-offsets-per-trigger", type=click.IntRange(1), default=50_000,
@@ -140,6 +146,8 @@ def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> d
 def sla(settings: Settings, count: int, pairs: int, rate: int, max_offsets_per_trigger: int,
         as_json: bool) -> None:
     """Results/s the Spark SLA job sustains over a pre-loaded backlog."""
+    require_kafka(settings.kafka)
+    require_spark_master(settings.sla.master, settings.kafka.connect_timeout_s)
     from jobs.sla import run
 
     run_id = uuid.uuid4().hex[:8]
@@ -155,7 +163,9 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, max_offsets_per_t
                 "starting_offsets": "earliest", "max_offsets_per_trigger": max_offsets_per_trigger,
             })
             job_settings = settings.model_copy(update={"sla": sla_settings})
-            summary = run(job_settings, until_idle_s=max(5.0, 4 * sla_settings.trigger_s))
+            with progress_bar("aggregated", total=count + pairs, unit="result") as bar:
+                summary = run(job_settings, until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
+                              on_input=bar.update)
         windows = read_windows(settings, sink)
         loaded = {"results": count, "pairs": pairs, "load_s": round(load_s, 2),
                   "windows_on_topic": len(windows),

@@ -12,27 +12,11 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from pipeline.commands.options import DURATION
 from pipeline.errors import BabelStreamError, ConfigError
+from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings, SlaSettings
-from pipeline.sla import RunSummary, parse_duration, parse_thresholds
-
-
-class Duration(click.ParamType):
-    """A duration such as ``500ms``, ``5s``, ``1m`` or ``2h``, in seconds."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ConfigError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = Duration()
+from pipeline.sla import RunSummary, parse_thresholds
 
 
 def sla_settings(base: SlaSettings, overrides: dict[str, Any],
@@ -103,6 +87,8 @@ def sla(settings: Settings, thresholds: tuple[str, ...], until_idle: float | Non
             update={"sla": sla_settings(settings.sla, overrides, thresholds)})
     except (ValidationError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
+    require_kafka(settings.kafka)
+    require_spark_master(job_settings.sla.master, settings.kafka.connect_timeout_s)
     from jobs.sla import run
 
     with stop_on_signals() as stop:

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from pipeline.components import ComponentStatus, components
 from pipeline.errors import StackError
 from pipeline.settings import Settings
 from pipeline.stack import manager
@@ -15,17 +16,27 @@ def _report(line: str) -> None:
     click.echo(line, err=True)
 
 
-def _print_status(statuses: list[manager.ServiceStatus], as_json: bool) -> None:
+def _service_line(s: manager.ServiceStatus) -> str:
+    state = "healthy" if s.healthy else "DOWN"
+    # no pid: a healthy service nobody here started, or nothing at all
+    owner = f"pid {s.pid}" if s.pid else "not started by us" if s.healthy else "not running"
+    return f"{s.name:<9} {s.address:<22} {state:<8} {s.version or '-':<8} {owner}  {s.detail}"
+
+
+def _print_status(statuses: list[manager.ServiceStatus], as_json: bool,
+                  others: list[ComponentStatus] | None = None) -> None:
     if as_json:
-        doc = {"healthy": all(s.healthy for s in statuses),
-               "services": [s.to_dict() for s in statuses]}
+        doc: dict[str, object] = {"healthy": all(s.healthy for s in statuses),
+                                  "services": [s.to_dict() for s in statuses]}
+        if others is not None:
+            doc["components"] = [c.to_dict() for c in others]
         click.echo(json.dumps(doc, indent=2))
         return
     for s in statuses:
-        state = "healthy" if s.healthy else "DOWN"
-        pid = f"pid {s.pid}" if s.pid else "not started by us"
-        click.echo(f"{s.name:<6} {s.address:<16} {state:<8} {s.version or '-':<8} {pid}  "
-                   f"{s.detail}")
+        click.echo(_service_line(s))
+    for c in others or []:
+        click.echo(f"{c.name:<9} {c.address:<22} {'running' if c.running else '-':<8} "
+                   f"{'':<8} {c.detail}")
 
 
 @click.command()
@@ -54,8 +65,14 @@ def down(settings: Settings) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def status(settings: Settings, as_json: bool) -> None:
-    """Health, address, version and pid of each service; exit 1 if any is unhealthy."""
+    """Kafka and Redis (health, address, version, pid), then the workers (consumer groups:
+    members, partitions, lag, readiness), the SLA job and the dashboard.
+
+    Exits 1 if Kafka or Redis is unhealthy; workers, the SLA job and the
+    dashboard are reported but do not change the exit code.
+    """
     statuses = manager.status(settings)
-    _print_status(statuses, as_json)
+    kafka_up = any(s.name == "kafka" and s.healthy for s in statuses)
+    _print_status(statuses, as_json, components(settings, kafka_up))
     if not all(s.healthy for s in statuses):
         raise SystemExit(1)

@@ -446,6 +446,8 @@ class CTranslate2Translator(Translator):
 
     def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
         """One model call on source token lists; the output tokens, prefix removed. Blocks."""
+        if not sources:
+            return []
         loaded = self._loaded(pair)
         entry = loaded.entry
         prefix = list(entry.target_prefix)

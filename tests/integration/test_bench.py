@@ -16,11 +16,11 @@ pytestmark = pytest.mark.integration
 def test_bench_worker_serves_every_request_and_refuses_a_second_bench(stack):
     settings = load_settings()
     target = resolve_target(settings, "en_en-XA")
-    with bench_worker(target.settings(settings), target, "test-bench-worker.log"):
+    with bench_worker(target.settings(settings), target, "test-bench-worker.log") as worker:
         # another bench of this pair would share the work with this worker: it refuses
         with pytest.raises(ConfigError, match=r"group babelstream-en_en-XA consumes"):
             refuse_if_served(settings.kafka, "en_en-XA")
-        figures = measure_e2e(settings, target, make_texts(40, 0.25, seed=5))
+        figures = measure_e2e(settings, target, worker, make_texts(40, 0.25, seed=5))
     assert (figures.requests, figures.results, figures.missing) == (40, 40, 0)
     assert figures.statuses == {"ok": 40}
     assert figures.cache_hit_ratio > 0  # repeats answered without the engine

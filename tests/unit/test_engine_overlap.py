@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
-from pipeline.engine.overlap import EngineLane
+from pipeline.engine.overlap import EngineLane, staged
 from pipeline.engine.segment import Piece
 from pipeline.engine.translator import PreparedText, Translation
 from pipeline.errors import EngineError
@@ -129,18 +128,42 @@ def test_a_failing_call_keeps_the_others():
     assert sum(len(o.translations or []) for o in outcomes) == 3
 
 
-def test_hold_is_entered_around_each_model_call():
+def test_every_model_call_goes_through_the_gate():
     fake = FakeTranslator()
-    held: list[str] = []
+    gated: list[str] = []
 
-    @contextlib.asynccontextmanager
-    async def hold() -> AsyncIterator[None]:
-        held.append("in")
-        yield
-        held.append("out")
+    async def through(work):
+        gated.append("in")
+        try:
+            return await work
+        finally:
+            gated.append("out")
 
-    _run(EngineLane(fake), TEXTS, hold=hold)
-    assert held == ["in", "out", "in", "out"]
+    _run(EngineLane(fake), TEXTS, through=through)
+    assert gated == ["in", "out", "in", "out"]
+
+
+def test_translators_with_translate_batch_only_run_whole_texts():
+    class Plain:
+        model_id = "plain"
+
+        def count_tokens(self, text: str, pair: Pair) -> int:
+            return len(text.split())
+
+        def translate_batch(self, texts, pair):
+            return [Translation(t[::-1], 1, 1) for t in texts]
+
+    lane = EngineLane(staged(Plain()))
+    _, plan, outcomes = _run(lane, TEXTS)
+    assert plan.real_tokens == sum(len(t.split()) for t in TEXTS)
+    by_index = {
+        i: t.text
+        for o in outcomes
+        for i, t in zip(o.sub_batch.indices, o.translations, strict=True)
+    }
+    assert [by_index[i] for i in range(len(TEXTS))] == [t[::-1] for t in TEXTS]
+    fake = FakeTranslator()
+    assert staged(fake) is fake  # the four stages of its own
 
 
 def test_translate_one_call_raises_the_engine_error():
