@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from pipeline import metrics
 from pipeline.cache import CachedTranslation
 from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.costs import cost_of
 from pipeline.engine.overlap import EngineLane, staged
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translation, Translator
@@ -85,12 +86,12 @@ class EngineRunner:
     def _planner(self, pair: Pair) -> TokenBudgetBatcher:
         if self.shaper is not None:
             return self.shaper.batcher()
-        measured = getattr(self._translator, "cost_model", None)
-        if measured is None:
-            return self._batcher
         b = self._batcher
         return TokenBudgetBatcher(
-            b.token_budget, b.max_batch_size, cost=measured(pair), max_call_s=b.max_call_s
+            b.token_budget,
+            b.max_batch_size,
+            cost=cost_of(self._translator, pair),
+            max_call_s=b.max_call_s,
         )
 
     def _through(self, work: Awaitable[T]) -> Awaitable[T]:
