@@ -23,12 +23,13 @@ import pyarrow.parquet as pq
 from pipeline.bench.e2e import fresh_requests
 from pipeline.bench.load import run_load
 from pipeline.bench.report import LoadFigures
-from pipeline.bench.target import BenchTarget
+from pipeline.bench.target import BenchTarget, wait_drained
 from pipeline.bench.workload import make_texts
 from pipeline.bulk.state import JobState
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.errors import EngineError
 from pipeline.local_worker import WorkerProcess
+from pipeline.pairs import bulk_topic
 from pipeline.settings import Settings
 
 
@@ -57,15 +58,18 @@ def interactive(
     )
 
 
-def wait_quiet(worker: WorkerProcess, quiet_s: float = 2.0, limit_s: float = 300.0) -> None:
-    """Until the worker's engine stops working (so no bulk backlog outlives the bench)."""
-    deadline = time.monotonic() + limit_s
-    last, since = worker.stats()["engine_texts"], time.monotonic()
-    while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
-        time.sleep(0.5)
-        now = worker.stats()["engine_texts"]
-        if now != last:
-            last, since = now, time.monotonic()
+def drain_bulk(settings: Settings, target: BenchTarget, worker: WorkerProcess) -> None:
+    """Until the worker's group has consumed the pair's bulk topic to its end.
+
+    Before the first phase (a backlog an earlier, interrupted run left would
+    load the "alone" phase) and after the last (none outlives the bench).
+    """
+    group = (worker.readiness() or {}).get("group")
+    if not group:
+        raise EngineError("the bench worker does not say which group it is in")
+    left = wait_drained(settings.kafka, group, bulk_topic(target.entry.pair), limit_s=600.0)
+    if left:
+        raise EngineError(f"{left} bulk records still waiting after 10 minutes")
 
 
 class BackgroundBulk:

@@ -9,15 +9,15 @@ topic or the ingress topic: it would measure whichever worker answers first.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.errors import ConfigError
-from pipeline.kafka_clients import admin_client
+from pipeline.groups import consumer_groups, serving
 from pipeline.local_worker import WorkerProcess
 from pipeline.pairs import REQUESTS_TOPIC, pair_topic
 from pipeline.settings import KafkaSettings, Settings
@@ -60,40 +60,32 @@ def resolve_target(settings: Settings, pair_id: str) -> BenchTarget:
     raise ConfigError(f"pair {pair_id} is in neither {' nor '.join(searched)}{hint}")
 
 
-def consumers_of(kafka: KafkaSettings, topics: set[str]) -> dict[str, set[str]]:
-    """Consumer groups with a member assigned any of ``topics`` -> those topics."""
-    admin = admin_client(kafka, "bench-check")
-    try:
-        groups = [g["group_id"] for g in admin.list_groups()]
-        described = admin.describe_groups(groups) if groups else {}
-    finally:
-        admin.close()
-    return groups_assigned(described, topics)
-
-
-def groups_assigned(described: dict[str, Any], topics: set[str]) -> dict[str, set[str]]:
-    """From ``describe_groups`` output: groups whose members hold partitions of ``topics``."""
-    found: dict[str, set[str]] = {}
-    for group_id, group in described.items():
-        for member in group.get("members", []):
-            assignment = member.get("member_assignment")
-            if not isinstance(assignment, dict):
-                continue
-            for assigned in assignment.get("assigned_partitions", []):
-                if assigned.get("topic") in topics and assigned.get("partitions"):
-                    found.setdefault(group_id, set()).add(assigned["topic"])
-    return found
-
-
 def refuse_if_served(kafka: KafkaSettings, pair_id: str) -> None:
     """ConfigError (one line) when another worker already consumes the pair or the ingress."""
-    busy = consumers_of(kafka, {pair_topic(pair_id), REQUESTS_TOPIC})
+    groups = consumer_groups(kafka, with_lag=False)
+    busy = {
+        g.group_id: sorted(g.topics & {pair_topic(pair_id), REQUESTS_TOPIC})
+        for topic in (pair_topic(pair_id), REQUESTS_TOPIC)
+        for g in serving(groups, topic)
+    }
     if busy:
-        who = "; ".join(f"group {g} consumes {', '.join(sorted(t))}" for g, t in busy.items())
+        who = "; ".join(f"group {g} consumes {', '.join(t)}" for g, t in busy.items())
         raise ConfigError(
             f"another worker is running ({who}); stop it first, or the bench would measure "
             "whichever worker answers"
         )
+
+
+def wait_drained(kafka: KafkaSettings, group_id: str, topic: str, limit_s: float) -> int:
+    """Wait until ``group_id`` has consumed ``topic`` to its end; the records still left."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        lag = next(
+            (g.lag.get(topic, 0) for g in consumer_groups(kafka) if g.group_id == group_id), 0
+        )
+        if lag == 0 or time.monotonic() > deadline:
+            return lag
+        time.sleep(1.0)
 
 
 @contextmanager

@@ -527,7 +527,7 @@ def interference(
     max_in_flight: int,
 ) -> None:
     """Interactive P99 at a fixed rate, alone and with a bulk job saturating the worker."""
-    from pipeline.bench.interference import BackgroundBulk, interactive, wait_quiet
+    from pipeline.bench.interference import BackgroundBulk, drain_bulk, interactive
     from pipeline.bench.report import ratio
     from pipeline.bench.target import bench_worker
 
@@ -541,6 +541,7 @@ def interference(
         bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker,
         tempfile.TemporaryDirectory() as tmp,
     ):
+        drain_bulk(ctx.settings, ctx.target, worker)
         alone = interactive(ctx.settings, ctx.target, n, rate, seed=21)
         bulk = BackgroundBulk(ctx.target, bulk_docs, max_in_flight, Path(tmp))
         try:
@@ -551,7 +552,7 @@ def interference(
             saturated = bulk.running
         finally:
             bulk.close()
-        wait_quiet(worker)
+        drain_bulk(ctx.settings, ctx.target, worker)
     ratios = {
         "p99_with_bulk_over_alone": ratio(loaded.p99_ms, alone.p99_ms),
         "bulk_segments_per_s": round(during / elapsed, 2) if elapsed else 0.0,

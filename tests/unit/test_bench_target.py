@@ -1,53 +1,13 @@
-"""Bench targets: which registry serves a pair, and who already consumes it."""
+"""Bench targets (which registry serves a pair) and the report every bench prints."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.bench.report import BenchReport, LoadFigures, Machine, RunSettings, ratio
-from pipeline.bench.target import groups_assigned, resolve_target
+from pipeline.bench.target import resolve_target
 from pipeline.errors import ConfigError
 from pipeline.settings import load_settings
-
-# the shape kafka-python's describe_groups returns (a Faust worker serving en_en-XA)
-DESCRIBED = {
-    "babelstream-en_en-XA": {
-        "members": [
-            {
-                "member_assignment": {
-                    "assigned_partitions": [
-                        {"topic": "translate.requests.en_en-XA", "partitions": [0, 1, 2, 3]},
-                        {"topic": "translate.requests", "partitions": [0, 1]},
-                        {
-                            "topic": "babelstream-en_en-XA-dedup-en_en-XA-changelog",
-                            "partitions": [0],
-                        },
-                    ]
-                }
-            }
-        ]
-    },
-    "idle-group": {"members": []},
-    "other": {
-        "members": [
-            {
-                "member_assignment": {
-                    "assigned_partitions": [
-                        {"topic": "translate.requests.en_de", "partitions": [0]},
-                        {"topic": "translate.requests.en_en-XA", "partitions": []},
-                    ]
-                }
-            },
-            {"member_assignment": b"undecodable"},
-        ]
-    },
-}
-
-
-def test_groups_holding_the_pair_topic_are_found():
-    found = groups_assigned(DESCRIBED, {"translate.requests.en_en-XA", "translate.requests"})
-    assert found == {"babelstream-en_en-XA": {"translate.requests.en_en-XA", "translate.requests"}}
-    assert groups_assigned(DESCRIBED, {"translate.requests.en_en-XB"}) == {}
 
 
 def test_pairs_resolve_to_the_registry_that_serves_them(tmp_path):
