@@ -7,6 +7,8 @@ no caching, no dedup.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import click
@@ -34,8 +36,12 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
         max_poll_records=1,
     )
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    # SIGTERM (the bench is done): finish the message in hand, then leave the group,
+    # so the next bench does not find this consumer there for a session timeout
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     last = time.monotonic()
-    while time.monotonic() - last < idle_exit_s:
+    while not stopping.is_set() and time.monotonic() - last < idle_exit_s:
         for records in consumer.poll(timeout_ms=200).values():
             for record in records:
                 last = time.monotonic()
