@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -34,8 +33,6 @@ import yaml
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.pairs import Pair
-
-log = logging.getLogger(__name__)
 
 BENCH_PAIR = Pair("en", "en-XB")
 REGISTRY_HEADER = (
