@@ -69,8 +69,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from pipeline.kafka_clients import kafka_python_options, spark_kafka_options
 from pipeline.messages import SlaWindow
-from pipeline.settings import Settings, SlaSettings
+from pipeline.settings import KafkaSettings, Settings, SlaSettings
 from pipeline.sla import (
     CACHE_HITS,
     PERCENTILES,
@@ -112,11 +113,11 @@ def build_session(settings: Settings) -> SparkSession:
     return spark
 
 
-def read_results(spark: SparkSession, sla: SlaSettings, bootstrap_servers: str) -> DataFrame:
+def read_results(spark: SparkSession, sla: SlaSettings, kafka: KafkaSettings) -> DataFrame:
     """Parsed results from the source topic, with ``event_time`` from ``completed_at``."""
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**spark_kafka_options(kafka))
         .option("subscribe", sla.source_topic)
         .option("startingOffsets", sla.starting_offsets)
         # results that aged out while the job was down are gone: go on without them
@@ -180,7 +181,7 @@ class WindowSinks:
     def __init__(self, settings: Settings) -> None:
         sla = settings.sla
         self._sla = sla
-        self._bootstrap = settings.kafka.bootstrap_servers
+        self._kafka = settings.kafka
         self._logs = {sink: BatchLog(sla.checkpoint_dir / "sinks" / sink) for sink in sla.sinks}
         self._writers: dict[str, Callable[[list[SlaWindow], int], None]] = {
             "kafka": self._to_kafka, "parquet": self._to_parquet, "console": self._to_console,
@@ -206,8 +207,8 @@ class WindowSinks:
 
     def _to_kafka(self, windows: list[SlaWindow], _batch_id: int) -> None:
         if self._producer is None:
-            self._producer = KafkaProducer(bootstrap_servers=self._bootstrap, acks="all",
-                                           client_id="babelstream-sla", linger_ms=5)
+            self._producer = KafkaProducer(**kafka_python_options(self._kafka, "sla"),
+                                           acks="all", linger_ms=5)
         futures = [self._producer.send(self._sla.sink_topic, key=w.pair.encode(),
                                        value=w.to_json()) for w in windows]
         self._producer.flush()
@@ -237,7 +238,7 @@ class WindowSinks:
 def start_query(spark: SparkSession, settings: Settings, sinks: WindowSinks) -> StreamingQuery:
     """Start the checkpointed streaming query writing to ``sinks``."""
     sla = settings.sla
-    windows = sla_windows(read_results(spark, sla, settings.kafka.bootstrap_servers), sla)
+    windows = sla_windows(read_results(spark, sla, settings.kafka), sla)
     return (
         windows.writeStream.outputMode("append")
         .foreachBatch(sinks)

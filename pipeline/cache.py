@@ -21,6 +21,7 @@ import redis
 from cachetools import LRUCache
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
 
 log = logging.getLogger(__name__)
@@ -89,17 +90,12 @@ class RedisCache:
         self,
         settings: RedisSettings,
         *,
-        client: redis.Redis | None = None,
+        client: redis.Redis[bytes] | None = None,
         retry_after_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
-        self._client = client or redis.Redis.from_url(
-            settings.url,
-            password=settings.password.get_secret_value() if settings.password else None,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-        )
+        self._client = client or redis_client(settings)
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._down_until = 0.0

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from pipeline.codec import check_limits, describe_validation
 from pipeline.errors import ContractError, LimitExceeded, StackError
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka_check import kafka_python_client
 from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings, LimitSettings
@@ -61,8 +61,8 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     acks=all and an idempotent producer with retries: a retried send is not
     written twice.
     """
-    return KafkaProducer(
-        **kafka_python_options(settings, role),
+    return kafka_python_client(
+        KafkaProducer, settings, role,
         acks="all",
         retries=10,
         enable_idempotence=True,
@@ -202,8 +202,8 @@ class ResultListener:
     def __init__(
         self, settings: KafkaSettings, topics: Iterable[str], since_ms: int | None = None
     ) -> None:
-        self._consumer = KafkaConsumer(
-            **kafka_python_options(settings, "replies"),
+        self._consumer = kafka_python_client(
+            KafkaConsumer, settings, "replies",
             group_id=None,
             enable_auto_commit=False,
         )

@@ -37,6 +37,10 @@ from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -57,6 +61,41 @@ class KafkaSettings(_Section):
     # how long a command waits for a TCP connection to a broker (or a spark:// master)
     # before it says the service is not reachable, instead of a client's long timeout
     connect_timeout_s: float = Field(3.0, gt=0)
+    # Security (pipeline/kafka_clients.py applies it to every client). SASL_SSL with
+    # SCRAM-SHA-512 is what `babelstream up --secure` serves; SSL alone authenticates
+    # with a client certificate (ssl_certfile) when the listener asks for one.
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # PEM files: the CA that signed the brokers' certificates; the client's
+    # certificate chain (may hold its private key too: Spark needs them in one file)
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"min_insync_replicas ({self.min_insync_replicas}) exceeds "
+                f"replication_factor ({self.replication_factor}): no write could succeed"
+            )
+        if self.security_protocol.startswith("SASL_") and not (
+            self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(f"security_protocol {self.security_protocol} needs "
+                             "sasl_username and sasl_password")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile is set without ssl_certfile")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when connections are encrypted (SSL or SASL_SSL)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
 
 class RedisSettings(_Section):
@@ -66,6 +105,25 @@ class RedisSettings(_Section):
     cache_version: int = 1
     ttl_s: int = Field(7 * 24 * 3600, ge=1)
     socket_timeout_s: float = Field(0.5, gt=0)
+    # ACL user (None: the default user, i.e. plain `requirepass` when password is set)
+    username: str | None = None
+    # TLS is switched on by the URL scheme (rediss://); these are PEM files
+    ssl_ca_certs: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> RedisSettings:
+        tls_files = (self.ssl_ca_certs, self.ssl_certfile, self.ssl_keyfile)
+        if any(tls_files) and not self.uses_tls:
+            raise ValueError("Redis TLS files are set but the URL is not rediss://")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        """True for a ``rediss://`` URL."""
+        return self.url.startswith("rediss://")
 
 
 class StackSettings(_Section):
@@ -83,6 +141,32 @@ class StackSettings(_Section):
     stop_timeout_s: float = Field(30.0, gt=0)
     # `babelstream status`: how long each HTTP probe (worker readiness, dashboard) may take
     probe_timeout_s: float = Field(1.0, gt=0)
+    # Kafka nodes (combined broker + controller each); 3 gives a cluster that
+    # survives one node (needs kafka.replication_factor 3, min_insync_replicas 2)
+    brokers: int = Field(1, ge=1, le=9)
+    # node i (from 0) listens on <base port> + i * node_port_step
+    node_port_step: int = Field(10, ge=1)
+    # secure mode: mutual-TLS listener (inter-broker traffic, SSL clients); the
+    # client port (kafka_port) then speaks SASL_SSL, Redis speaks TLS on redis_port
+    kafka_ssl_port: int = 9094
+    secure: bool = False
+    # None: <home>/jars (a temporary stack home can share the fetched jars)
+    jars_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> StackSettings:
+        ports = [self.redis_port]
+        for node in range(self.brokers):
+            offset = node * self.node_port_step
+            ports += [self.kafka_port + offset, self.kafka_controller_port + offset]
+            if self.secure:
+                ports.append(self.kafka_ssl_port + offset)
+        taken = sorted({p for p in ports if ports.count(p) > 1})
+        if taken:
+            raise ValueError(f"stack ports collide ({', '.join(map(str, taken))}): set "
+                             "kafka_port, kafka_controller_port, kafka_ssl_port, "
+                             "node_port_step and redis_port apart")
+        return self
 
 
 class LimitSettings(_Section):
@@ -129,7 +213,6 @@ class WorkerSettings(_Section):
     bulk_token_budget: int = Field(1024, ge=1)
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
-    concurrency: int = Field(1, ge=1)
     # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
     web_port: int = Field(6066, ge=0, le=65535)
     web_host: str = "127.0.0.1"

@@ -16,7 +16,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
+from pipeline.kafka_clients import faust_app_options
 from pipeline.offsets import TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
@@ -39,7 +40,7 @@ from pipeline.steps.engine import EngineRunner
 from pipeline.steps.publish import Producer
 from pipeline.steps.runner import BatchRunner, RetryPolicy
 from workers.dedup import FaustDedupWindow
-from workers.faust_adapter import assigned_partitions, record_of, tp_of
+from workers.faust_adapter import assigned_partitions, micro_batches, record_of, tp_of
 from workers.offsets import OffsetKeeper
 from workers.producer import FaustProducer
 from workers.stats import WorkerStats
@@ -96,7 +97,15 @@ class WorkerShell:
         """Admit, process, publish and mark done one micro-batch of one agent."""
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
-        admitted, tickets = await self.offsets.admit(events)
+        try:
+            admitted, tickets = await self.offsets.admit(events)
+        except Exception as exc:
+            # The group's offsets could not be read (broker away). Dropping these events is
+            # safe: nothing was taken, and the offset book seeks back when it sees the gap.
+            log.warning("could not admit %d events (%s); they will be fetched again",
+                        len(events), exc)
+            await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
+            return
         if not admitted:
             return
         if window is not None:
@@ -194,7 +203,7 @@ def create_app(
     w = s.worker
     app = faust.App(
         app_id,
-        broker=[f"kafka://{hp}" for hp in s.kafka.bootstrap_servers.split(",")],
+        **faust_app_options(s.kafka),  # brokers and, when secured, credentials
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
@@ -229,8 +238,8 @@ def create_app(
             policy, name="router",
         )
 
-        async def route(stream: StreamT) -> None:
-            async for events in stream.take_events(w.max_messages, within=w.max_wait_s):
+        async def route(stream: StreamT[Any]) -> None:
+            async for events in micro_batches(stream, w.max_messages, w.max_wait_s):
                 await shell.handle(events, runner)
 
         app.agent(source(REQUESTS_TOPIC), name="router", concurrency=1)(route)
@@ -276,9 +285,9 @@ def _add_pair_agents(
 
 def _translation_agent(
     shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int, wait_s: float
-) -> Callable[[StreamT], Any]:
-    async def translate(stream: StreamT) -> None:
-        async for events in stream.take_events(take, within=wait_s):
+) -> Callable[[StreamT[Any]], Awaitable[None]]:
+    async def translate(stream: StreamT[Any]) -> None:
+        async for events in micro_batches(stream, take, wait_s):
             await shell.handle(events, runner, window)
 
     return translate
@@ -289,17 +298,19 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
     ctx = shell.ctx
     obs = ctx.settings.observability
 
-    @app.on_partitions_revoked.connect
-    async def on_revoked(_app: faust.App, revoked: set[FaustTP], **_: Any) -> None:
+    async def on_revoked(_app: Any, revoked: set[FaustTP], **_: Any) -> None:
         await shell.offsets.on_revoked()
 
-    @app.on_partitions_assigned.connect
-    async def on_assigned(_app: faust.App, assigned: set[FaustTP], **_: Any) -> None:
+    async def on_assigned(_app: Any, assigned: set[FaustTP], **_: Any) -> None:
         shell.offsets.on_assigned()
         if not shell.joined:
             shell.joined = True
             log.info("worker %s joined group %s: %d partitions assigned", ctx.worker_name,
                      app.conf.id, len(assigned))
+
+    # Faust's signals pass the sender, the partitions and the signal itself
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
     @app.task
     async def commit_offsets() -> None:
@@ -310,7 +321,7 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
         while not shell.readiness()[0]:
             await asyncio.sleep(0.2)
         details = shell.readiness()[1]
-        log.info("ready: worker %s of group %s serving %s", ctx.worker_name, app.conf.id,
+        log.info("ready: worker %s (group %s) serving %s", ctx.worker_name, app.conf.id,
                  "; ".join(f"{t} {p}" for t, p in details["assigned"].items()) or
                  "no partitions yet (more workers than partitions)")
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import faust
 from kafka.errors import KafkaError
+from mode.utils.times import want_seconds
 from tenacity import (
     Retrying,
     retry_if_exception_type,
@@ -71,7 +72,7 @@ def changelog_config(topic: faust.TopicT) -> dict[str, str]:
                 if on]
     config = {"cleanup.policy": ",".join(policies)} if policies else {}
     if topic.retention:
-        retention_ms = int(float(topic.retention) * 1000)
+        retention_ms = int(want_seconds(topic.retention) * 1000)
         config["retention.ms"] = str(retention_ms)
         config["segment.ms"] = str(max(60_000, retention_ms // 2))
     return config

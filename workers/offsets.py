@@ -18,13 +18,13 @@ import time
 from collections.abc import Iterable, Sequence
 
 import faust
-from faust.types import TP, EventT
+from faust.types import TP
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.offsets import OffsetLedger, Ticket, TopicPartition, Verdict
 from pipeline.settings import KafkaSettings
-from workers.faust_adapter import commit_offsets, tp_of
+from workers.faust_adapter import Event, commit_offsets, tp_of
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class OffsetKeeper:
 
     # -- the agents' side ------------------------------------------------------
 
-    async def admit(self, events: Sequence[EventT]) -> tuple[list[EventT], list[Ticket]]:
+    async def admit(self, events: Sequence[Event]) -> tuple[list[Event], list[Ticket]]:
         """The events to process now (in order, none skipped) and their tickets."""
         epoch = self.ledger.epoch
         unknown = {tp_of(e) for e in events if not self.ledger.knows(tp_of(e))}
@@ -69,7 +69,7 @@ class OffsetKeeper:
                 return [], []
             for tp, offset in starts.items():
                 self.ledger.start(tp, offset)
-        admitted: list[EventT] = []
+        admitted: list[Event] = []
         tickets: list[Ticket] = []
         for event in events:
             tp, offset = tp_of(event), event.message.offset
@@ -119,7 +119,12 @@ class OffsetKeeper:
         # it then drops; so the seek is repeated until the owed record arrives.
         self.seeks += 1
         self._last_seek[tp] = time.monotonic()
-        await self._app.consumer.seek_wait({TP(tp.topic, tp.partition): self.ledger.owed(tp)})
+        try:
+            await self._app.consumer.seek_wait(
+                {TP(tp.topic, tp.partition): self.ledger.owed(tp)}
+            )
+        except Exception as exc:  # revoked meanwhile, or the broker is away: retried later
+            log.info("%s[%d]: seek not done now (%s); retrying", tp.topic, tp.partition, exc)
 
     async def _reseek_if_due(self, tp: TopicPartition) -> None:
         if time.monotonic() - self._last_seek.get(tp, 0.0) >= self.reseek_s:

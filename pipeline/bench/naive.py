@@ -15,6 +15,7 @@ import click
 from kafka import KafkaConsumer, KafkaProducer
 
 from pipeline.engine.translator import CTranslate2Translator
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import load_settings
@@ -29,13 +30,13 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
     translator = CTranslate2Translator.from_settings(settings.engine, [pair_id])
     consumer = KafkaConsumer(
         topic,
-        bootstrap_servers=settings.kafka.bootstrap_servers,
+        **kafka_python_options(settings.kafka, "bench-naive"),
         group_id=group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=1,
     )
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-naive"), acks="all")
     # SIGTERM (the bench is done): finish the message in hand, then leave the group,
     # so the next bench does not find this consumer there for a session timeout
     stopping = threading.Event()

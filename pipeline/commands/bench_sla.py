@@ -29,6 +29,7 @@ from pipeline.progress import progress_bar
 from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
 from pipeline.sla import RunSummary
+from pipeline.stack.topics import TopicSpec, ensure_topics
 
 _STATUSES = ("ok",) * 17 + ("timeout", "error")
 _CACHES = ("miss", "miss", "l1", "l2", "window")
@@ -86,13 +87,12 @@ def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -
 
 
 def _topics(settings: Settings, names: dict[str, int], create: bool) -> None:
+    if create:
+        ensure_topics(settings.kafka, {name: TopicSpec(n) for name, n in names.items()})
+        return
     admin = admin_client(settings.kafka, "bench-sla")
     try:
-        if create:
-            admin.create_topics({name: {"num_partitions": n, "replication_factor": 1}
-                                 for name, n in names.items()}, wait_for_metadata=True)
-        else:
-            admin.delete_topics(list(names))
+        admin.delete_topics(list(names))
     finally:
         admin.close()
 

@@ -17,8 +17,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import ValidationError
 
+from pipeline.kafka_clients import aiokafka_options
 from pipeline.messages import SlaWindow
-from pipeline.settings import Settings
+from pipeline.settings import KafkaSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +79,10 @@ class SlaFeed:
     Records that are not SlaWindows are logged and skipped.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, store: WindowStore,
+    def __init__(self, kafka: KafkaSettings, topic: str, store: WindowStore,
                  history_s: float) -> None:
         self.topic = topic
-        self._bootstrap = bootstrap_servers
+        self._kafka = kafka
         self._store = store
         self._history_s = history_s
         self.records = 0
@@ -91,8 +92,8 @@ class SlaFeed:
     async def run(self) -> None:
         """Consume until cancelled."""
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", client_id="babelstream-dashboard",
+            **aiokafka_options(self._kafka, "dashboard"), group_id=None,
+            enable_auto_commit=False, auto_offset_reset="earliest",
         )
         await consumer.start()
         try:
@@ -109,8 +110,7 @@ class SlaFeed:
     async def _partitions(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
         # Ask for all topics first: a metadata request naming a missing topic
         # would make a broker with auto.create.topics.enable create it.
-        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap,
-                                    client_id="babelstream-dashboard")
+        admin = AIOKafkaAdminClient(**aiokafka_options(self._kafka, "dashboard"))
         await admin.start()
         try:
             warned = False
@@ -187,12 +187,12 @@ async def events(request: web.Request) -> web.StreamResponse:
             await response.write(_sse("window", window.model_dump()))
 
 
-def create_app(bootstrap_servers: str, topic: str, *, history_s: float = 3600.0,
+def create_app(kafka: KafkaSettings, topic: str, *, history_s: float = 3600.0,
                max_windows: int = 720) -> web.Application:
     """The dashboard app; its Kafka feed runs while the app runs."""
     app = web.Application()
     store = WindowStore(max_windows)
-    feed = SlaFeed(bootstrap_servers, topic, store, history_s)
+    feed = SlaFeed(kafka, topic, store, history_s)
     app[STORE_KEY] = store
     app[FEED_KEY] = feed
 
@@ -217,7 +217,7 @@ def run(settings: Settings, *, host: str | None = None, port: int | None = None,
     """Serve the dashboard until interrupted (``babelstream dashboard``)."""
     d = settings.dashboard
     app = create_app(
-        settings.kafka.bootstrap_servers, topic or d.topic or settings.sla.sink_topic,
+        settings.kafka, topic or d.topic or settings.sla.sink_topic,
         history_s=d.history_s, max_windows=d.max_windows,
     )
     web.run_app(app, host=host or d.host, port=port if port is not None else d.port,

@@ -43,11 +43,13 @@ from random import Random
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 
+from pipeline.kafka_clients import admin_client
 from pipeline.messages import SlaWindow, TranslationResult
 from pipeline.settings import SlaSettings
 from pipeline.stack.manager import Endpoints
+from pipeline.stack.topics import TopicSpec, ensure_topics
 from tests.integration.helpers import TopicTail
 
 pytestmark = pytest.mark.integration
@@ -250,10 +252,9 @@ def _has_windows_ending(tail: TopicTail, end_ms: int) -> Callable[[], bool]:
 def topics(stack: Endpoints) -> Iterator[tuple[str, str]]:
     run = uuid.uuid4().hex[:8]
     names = {f"test.sla.{run}.results": 4, f"test.sla.{run}.windows": 1}
-    admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers)
-    admin.create_topics({n: {"num_partitions": p, "replication_factor": 1}
-                         for n, p in names.items()}, wait_for_metadata=True)
+    ensure_topics(stack.settings.kafka, {n: TopicSpec(p) for n, p in names.items()})
     yield tuple(names)  # type: ignore[misc]
+    admin = admin_client(stack.settings.kafka, "tests")
     admin.delete_topics(list(names))
     admin.close()
 
