@@ -35,6 +35,9 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=1,
+        # the run's topic was created a moment ago: if the first metadata missed it,
+        # look again in seconds, not after kafka-python's default five minutes
+        metadata_max_age_ms=5000,
     )
     producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-naive"), acks="all")
     # SIGTERM (the bench is done): finish the message in hand, then leave the group,
