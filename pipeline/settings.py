@@ -12,7 +12,7 @@ import difflib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_origin
 
 from pydantic import (
     BaseModel,
@@ -190,6 +190,17 @@ class EngineSettings(_Section):
     compute_type: str | None = None
     # CTranslate2 max_batch_size, counted in tokens (batch_type="tokens")
     max_batch_tokens: int = Field(4096, ge=1)
+    # Measure each model at start-up: the fastest compute type when it is auto, and
+    # the call-cost model batching cuts by; cached per model and machine in
+    # profile_cache (pipeline/engine/profile.py). Off: auto = int8 (CPU) /
+    # int8_float16 (GPU) and a rough default cost model.
+    profile: bool = True
+    profile_cache: Path = PROJECT_ROOT / "var" / "engine" / "profiles.json"
+    # compute types are timed on calls of (sequences, tokens) for profile_seconds each
+    profile_shape: tuple[int, int] = (32, 24)
+    profile_seconds: float = Field(2.0, gt=0)
+    # benchmark models (`babelstream models build-bench`) are registered here
+    bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 
 
 class WorkerSettings(_Section):
@@ -230,6 +241,17 @@ class WorkerSettings(_Section):
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
+_V = TypeVar("_V")
+
+
+def _check_pair_ids(value: dict[str, _V]) -> dict[str, _V]:
+    """A settings map keyed by pair id: every key must parse as one."""
+    for pair_id in value:
+        try:
+            Pair.parse(pair_id)
+        except ContractError as exc:
+            raise ValueError(str(exc)) from exc
+    return value
 
 
 class SlaSettings(_Section):
@@ -259,12 +281,7 @@ class SlaSettings(_Section):
     @field_validator("thresholds_ms")
     @classmethod
     def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
-        for pair_id in value:
-            try:
-                Pair.parse(pair_id)
-            except ContractError as exc:
-                raise ValueError(str(exc)) from exc
-        return value
+        return _check_pair_ids(value)
 
     @model_validator(mode="after")
     def _slide_within_window(self) -> SlaSettings:
@@ -342,6 +359,31 @@ class FidelitySettings(_Section):
     max_terms: int = Field(10_000, ge=1)
 
 
+class BatchingSettings(_Section):
+    """How workers shape engine calls (``pipeline/engine/adaptive.py``, ``batching.py``)."""
+
+    # adjust max_wait, batch size and token budget per pair from the latency
+    # objective, queueing delay, engine time and the SLA job's windows
+    adaptive: bool = False
+    # the latency objective (P95, ms) per pair id; others get default_p95_ms
+    p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
+    default_p95_ms: float = Field(1000.0, gt=0)
+    min_wait_s: float = Field(0.002, gt=0)
+    max_messages: int = Field(256, ge=1)
+    # bulk calls are cut so each is estimated to run at most this long: a running
+    # call cannot be pre-empted, so this bounds how long interactive work waits
+    bulk_max_call_s: float = Field(0.05, gt=0)
+
+    @field_validator("p95_ms")
+    @classmethod
+    def _pair_ids(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_pair_ids(value)
+
+    def objective_ms(self, pair_id: str) -> float:
+        """The P95 latency objective of one pair."""
+        return self.p95_ms.get(pair_id, self.default_p95_ms)
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -363,6 +405,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
     fidelity: FidelitySettings = FidelitySettings()
+    batching: BatchingSettings = BatchingSettings()
 
     @classmethod
     def settings_customise_sources(
