@@ -21,7 +21,7 @@ from pydantic_settings import (
 )
 
 from pipeline.errors import ContractError
-from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
+from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,6 +43,11 @@ class KafkaSettings(_Section):
     sla_partitions: int = Field(1, ge=1)
     request_timeout_ms: int = Field(30_000, ge=1000)
     client_id: str = "babelstream"
+    # worker heartbeats (translate.ticks) and late results (translate.sla.late)
+    ticks_partitions: int = Field(1, ge=1)
+    sla_late_partitions: int = Field(1, ge=1)
+    # heartbeats are worth only their latest values
+    ticks_retention_ms: int = Field(3_600_000, ge=60_000)
 
 
 class RedisSettings(_Section):
@@ -105,9 +110,33 @@ class WorkerSettings(_Section):
     concurrency: int = Field(1, ge=1)
     web_port: int = 6066
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
+    # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
+    # job's windows close while a pair is quiet; 0 disables it
+    tick_interval_s: float = Field(5.0, ge=0)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
+
+
+class SloObjectives(_Section):
+    """Service-level objectives one window is held to; None: not an objective."""
+
+    p95_ms: float | None = Field(None, ge=0)
+    p99_ms: float | None = Field(None, ge=0)
+    # at most this share of results timed out (or exceeded the latency threshold);
+    # also the error budget the burn rates are measured against
+    timeout_ratio: float | None = Field(None, gt=0, le=1)
+    error_ratio: float | None = Field(None, ge=0, le=1)
+    # at least this many results per second of the window (bulk throughput)
+    min_throughput_per_s: float | None = Field(None, ge=0)
+
+    def over(self, other: SloObjectives) -> SloObjectives:
+        """These objectives, with the ones this leaves unset taken from ``other``."""
+        return other.model_copy(update=self.model_dump(exclude_none=True))
+
+    def targets(self) -> dict[str, float]:
+        """Objective name -> target, for the ones that are set."""
+        return {name: float(value) for name, value in self.model_dump(exclude_none=True).items()}
 
 
 class SlaSettings(_Section):
@@ -133,10 +162,31 @@ class SlaSettings(_Section):
     master: str = "local[2]"
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1)
+    # worker heartbeats read with the results (advance event time while pairs are quiet)
+    ticks_topic: str = TICKS_TOPIC
+    # results that arrived after their window closed, and their Parquet history
+    late_topic: str = SLA_LATE_TOPIC
+    late_history_dir: Path = PROJECT_ROOT / "var" / "sla" / "late"
+    # count each request_id once within the lateness (dropDuplicatesWithinWatermark)
+    dedup: bool = True
+    # bulk results (job_id set) are held to this threshold, not the interactive one
+    bulk_threshold_ms: int = Field(3_600_000, ge=0)
+    # objectives per priority class, and per-pair overrides of the interactive ones
+    objectives: SloObjectives = SloObjectives(p95_ms=1000, p99_ms=2500, timeout_ratio=0.01,
+                                              error_ratio=0.01)
+    bulk_objectives: SloObjectives = SloObjectives(timeout_ratio=0.01, error_ratio=0.01)
+    pair_objectives: dict[str, SloObjectives] = {}
+    # KLL sketch size of the per-window latency sketches in the Parquet history
+    # (normalized rank error about 1.33% at 200, 0.33% at 1000; bigger k, bigger files)
+    sketch_k: int = Field(200, ge=8, le=65535)
+    # the driver binds here in local mode (loopback unless a setting says otherwise)
+    driver_host: str = "127.0.0.1"
+    # "hdfs" (Spark's default, in memory) or "rocksdb" (state off-heap, on local disk)
+    state_store: Literal["hdfs", "rocksdb"] = "hdfs"
 
-    @field_validator("thresholds_ms")
+    @field_validator("thresholds_ms", "pair_objectives")
     @classmethod
-    def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
+    def _pair_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
         for pair_id in value:
             try:
                 Pair.parse(pair_id)
@@ -153,6 +203,13 @@ class SlaSettings(_Section):
     def threshold_ms(self, pair_id: str) -> int:
         """The SLA latency threshold of one pair."""
         return self.thresholds_ms.get(pair_id, self.default_threshold_ms)
+
+    def objectives_for(self, series: str, priority: str) -> SloObjectives:
+        """The objectives of one series (pair id or "unsupported") and priority class."""
+        if priority == "bulk":
+            return self.bulk_objectives
+        override = self.pair_objectives.get(series)
+        return override.over(self.objectives) if override else self.objectives
 
 
 class BulkSettings(_Section):
@@ -206,6 +263,25 @@ class DashboardSettings(_Section):
     max_windows: int = Field(720, ge=1)
 
 
+class SparkClusterSettings(_Section):
+    """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
+
+    host: str = "127.0.0.1"
+    master_port: int = Field(7077, ge=1, le=65535)
+    master_webui_port: int = Field(8080, ge=1, le=65535)
+    # worker i uses worker_port + i and worker_webui_port + i
+    workers: int = Field(2, ge=1)
+    worker_port: int = Field(7078, ge=1, le=65535)
+    worker_webui_port: int = Field(8081, ge=1, le=65535)
+    worker_cores: int = Field(1, ge=1)
+    worker_memory: str = "1g"
+    daemon_memory: str = "256m"
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.master_port}"
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -226,6 +302,7 @@ class Settings(BaseSettings):
     sla: SlaSettings = SlaSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
+    spark: SparkClusterSettings = SparkClusterSettings()
 
     @classmethod
     def settings_customise_sources(

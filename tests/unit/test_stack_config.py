@@ -62,11 +62,18 @@ def test_topic_specs_cover_the_design() -> None:
         "translate.results": settings.kafka.results_partitions,
         "translate.dlq": settings.kafka.dlq_partitions,
         "translate.sla": settings.kafka.sla_partitions,
+        "translate.sla.late": settings.kafka.sla_late_partitions,
+        "translate.ticks": settings.kafka.ticks_partitions,
         "translate.requests.en_de": 3,
         "translate.bulk.en_de": 3,
         "translate.requests.en_en-XA": 3,
         "translate.bulk.en_en-XA": 3,
     }
+
+
+def test_ticks_topic_keeps_heartbeats_briefly() -> None:
+    settings = Settings(kafka=KafkaSettings(ticks_retention_ms=120_000))
+    assert topic_specs(settings)["translate.ticks"].config == {"retention.ms": "120000"}
 
 
 def test_topic_specs_reject_bad_pair() -> None:
