@@ -14,7 +14,12 @@ from typing import Literal
 
 from pipeline.codec import RecordRef, Rejected, decode_request
 from pipeline.digest import content_digest
-from pipeline.messages import Headers, TranslationRequest, TranslationResult
+from pipeline.messages import (
+    UNSUPPORTED_PAIR_REASON,
+    Headers,
+    TranslationRequest,
+    TranslationResult,
+)
 from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC, bulk_topic, pair_topic
 from pipeline.settings import LimitSettings
 
@@ -75,6 +80,8 @@ class Router:
                 request,
                 status="error",
                 error=f"no model serves pair {request.pair.id} (served: {served})",
+                # the SLA job counts these in one "unsupported" series, not one per typo
+                reason=UNSUPPORTED_PAIR_REASON,
                 worker=self._worker,
             )
             return Outgoing(

@@ -139,6 +139,22 @@ class SloObjectives(_Section):
         return {name: float(value) for name, value in self.model_dump(exclude_none=True).items()}
 
 
+class InteractiveObjectives(SloObjectives):
+    """Defaults for interactive work (a setting left out keeps its default)."""
+
+    p95_ms: float | None = Field(1000.0, ge=0)
+    p99_ms: float | None = Field(2500.0, ge=0)
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
+
+
+class BulkObjectives(SloObjectives):
+    """Defaults for bulk work: completion within the bulk threshold, not per-request latency."""
+
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
+
+
 class SlaSettings(_Section):
     """Defaults of the Spark SLA job (``babelstream sla``); durations in seconds."""
 
@@ -172,9 +188,8 @@ class SlaSettings(_Section):
     # bulk results (job_id set) are held to this threshold, not the interactive one
     bulk_threshold_ms: int = Field(3_600_000, ge=0)
     # objectives per priority class, and per-pair overrides of the interactive ones
-    objectives: SloObjectives = SloObjectives(p95_ms=1000, p99_ms=2500, timeout_ratio=0.01,
-                                              error_ratio=0.01)
-    bulk_objectives: SloObjectives = SloObjectives(timeout_ratio=0.01, error_ratio=0.01)
+    objectives: InteractiveObjectives = InteractiveObjectives()
+    bulk_objectives: BulkObjectives = BulkObjectives()
     pair_objectives: dict[str, SloObjectives] = {}
     # KLL sketch size of the per-window latency sketches in the Parquet history
     # (normalized rank error about 1.33% at 200, 0.33% at 1000; bigger k, bigger files)

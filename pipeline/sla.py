@@ -25,7 +25,7 @@ from typing import Any
 from pipeline.errors import BabelStreamError, ConfigError, ContractError
 from pipeline.messages import LateResult, SlaWindow
 from pipeline.pairs import Pair
-from pipeline.settings import SloObjectives, SlaSettings
+from pipeline.settings import SlaSettings, SloObjectives
 
 PERCENTILES = (0.5, 0.95, 0.99)
 CACHE_HITS = ("l1", "l2", "window")
@@ -52,15 +52,15 @@ class SlaJobError(BabelStreamError):
     """The SLA job's streaming query failed."""
 
 
-_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``500ms``, ``5s``, ``1.5m``, ``2h`` or a bare number of seconds."""
+    """Seconds in ``500ms``, ``5s``, ``1.5m``, ``2h``, ``30d`` or a bare number of seconds."""
     match = _DURATION.match(text)
     if match is None:
-        raise ConfigError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 1m, 2h")
+        raise ConfigError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 1m, 2h, 30d")
     return float(match["number"]) * _UNIT_SECONDS[match["unit"] or "s"]
 
 

@@ -88,7 +88,8 @@ def recent_windows(folder: Path, horizon_ms: int) -> list[SlaWindow]:
             read_history(folder, ds.field("window_end") > newest - horizon_ms)]
 
 
-def late_counts(folder: Path, where: ds.Expression | None = None) -> dict[tuple[str, str, int], int]:
+def late_counts(folder: Path,
+                where: ds.Expression | None = None) -> dict[tuple[str, str, int], int]:
     """(series, priority, window start) -> late rows recorded for it in the late history."""
     dataset = _dataset(folder)
     if dataset is None:

@@ -44,7 +44,7 @@ def test_unsupported_pair_gets_error_result() -> None:
     out = ROUTER.route(None, request(target_lang="de", request_id="x"), REF, [])
     assert (out.kind, out.topic, out.key) == ("unsupported", "translate.results", b"x")
     result = TranslationResult.from_json(out.value)
-    assert result.status == "error"
+    assert (result.status, result.reason) == ("error", "unsupported_pair")
     assert "en_de" in (result.error or "")
 
 
