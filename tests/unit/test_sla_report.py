@@ -90,7 +90,8 @@ def test_report_over_1000_windows_agrees_with_numpy(tmp_path: Path) -> None:
                                                        timeout_ratio=0.05, error_ratio=None))
     report = period_report(sla, "en_de", "interactive", BASE, BASE + 1000 * 5000)
     assert (report.windows, report.count) == (1000, len(latencies))
-    assert report.rank_error == pytest.approx(kll_doubles_sketch.get_normalized_rank_error(K, False))
+    assert report.rank_error == pytest.approx(
+        kll_doubles_sketch.get_normalized_rank_error(K, False))
     ordered = np.sort(latencies)
     for p, value in ((0.5, report.p50_ms), (0.95, report.p95_ms), (0.99, report.p99_ms)):
         low = np.quantile(ordered, max(p - report.rank_error, 0), method="inverted_cdf")
