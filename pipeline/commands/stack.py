@@ -24,7 +24,7 @@ def _print_status(statuses: list[manager.ServiceStatus], as_json: bool) -> None:
     for s in statuses:
         state = "healthy" if s.healthy else "DOWN"
         pid = f"pid {s.pid}" if s.pid else "not started by us"
-        click.echo(f"{s.name:<6} {s.address:<16} {state:<8} {s.version or '-':<8} {pid}  "
+        click.echo(f"{s.name:<14} {s.address:<16} {state:<8} {s.version or '-':<8} {pid}  "
                    f"{s.detail}")
 
 

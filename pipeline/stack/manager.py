@@ -12,6 +12,7 @@ from pipeline.stack.kafka import KafkaService
 from pipeline.stack.procs import ProcessRecord, is_alive, is_running, spawn, terminate
 from pipeline.stack.redis import RedisService
 from pipeline.stack.service import Probe, Reporter, Service, quiet
+from pipeline.stack.spark import spark_services
 from pipeline.stack.topics import ensure_topics, topic_specs
 
 _POLL_S = 0.5
@@ -49,6 +50,17 @@ def endpoints(settings: Settings) -> Endpoints:
 def services(settings: Settings) -> list[Service]:
     """The stack's services, in start order."""
     return [KafkaService(settings), RedisService(settings)]
+
+
+def optional_services(settings: Settings) -> list[Service]:
+    """Services started on request (``babelstream spark up``); listed and stopped when running."""
+    return spark_services(settings)
+
+
+def _started(settings: Settings) -> list[Service]:
+    """The stack's services, and the optional ones that have a PID file (were started)."""
+    return services(settings) + [s for s in optional_services(settings)
+                                 if s.pidfile.read() is not None]
 
 
 def _running(service: Service) -> ProcessRecord | None:
@@ -106,10 +118,15 @@ def _start(service: Service, timeout_s: float, report: Reporter) -> None:
         raise
 
 
+def start(settings: Settings, chosen: list[Service], report: Reporter = quiet) -> None:
+    """Start each of ``chosen`` that is not running and wait until it is healthy."""
+    for service in chosen:
+        _start(service, settings.stack.start_timeout_s, report)
+
+
 def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     """Start whatever is not running, wait until healthy, create topics (idempotent)."""
-    for service in services(settings):
-        _start(service, settings.stack.start_timeout_s, report)
+    start(settings, services(settings), report)
     specs = topic_specs(settings)
     ensured = ensure_topics(settings.kafka, specs)
     report(f"topics: {len(ensured.created)} created, "
@@ -125,7 +142,7 @@ def down(settings: Settings, report: Reporter = quiet,
 
     ``names`` limits it to those services (default: all).
     """
-    for service in reversed(services(settings)):
+    for service in reversed(_started(settings)):
         if names is not None and service.name not in names:
             continue
         record = service.pidfile.read()
@@ -143,7 +160,7 @@ def down(settings: Settings, report: Reporter = quiet,
 def status(settings: Settings) -> list[ServiceStatus]:
     """Health, version and pid of each service (pid None: not started by us)."""
     result = []
-    for service in services(settings):
+    for service in _started(settings):
         record = _running(service)
         pid = record.pid if record else None
         probe = service.probe(pid)
