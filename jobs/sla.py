@@ -47,17 +47,21 @@ dedup, and ``duplicates`` (rows received − rows counted, per window) holds
 repeats only.
 
 **Late rows** (checkpoint ``<checkpoint>/late``): a second, stateless query
-over the same source assigns each result its windows and, per micro-batch,
-keeps those whose window end is at or before the windows query's current
-watermark (read from its last progress report), i.e. windows already
-emitted: ``translate.sla.late`` (LateResult, one per row and missed window)
-and a Parquet history. Approximation at batch edges: the two queries cut
-the stream into different micro-batches, so a row is judged against the
-watermark of the windows query's last finished batch, not the one of the
-batch that read it. When the watermark moves in between, a row near the
-edge can be missed (its batch had the older watermark, the row counted) or
-reported though it counted; rows that arrive while the watermark stands
-still (the usual case for a late row) are judged exactly.
+over the same source assigns each result its windows and keeps those whose
+window the windows query had closed when it read the row: ``translate.sla.late``
+(LateResult, one per row and missed window, with the watermark and how far
+behind it the row was) and a Parquet history. Spark drops such rows with only
+a global counter; the side query compares each row's window with the
+windows query's watermark. Batch edges: the two queries cut the stream into
+different micro-batches, so the late query does not use the windows query's
+latest watermark (a row read just before the watermark moved would be
+misjudged) but the one of the windows batch that read the row, from the
+windows query's offset log (:class:`pipeline.sla.OffsetLog`; Spark ≥ 3.4 drops
+a batch's late input by the previous batch's watermark). It waits for the
+windows query to plan that batch; the approximation left is at a stop: rows
+the windows query has not read yet are not judged (and, with the late query's
+batch committed, never will be), and rows read by batches the offset log no
+longer retains (over 100 batches behind) are skipped.
 
 *Delivery*: Spark commits a micro-batch to the checkpoint after
 ``foreachBatch`` returns and re-runs an uncommitted one with the same id and
@@ -97,6 +101,7 @@ from pipeline.sla import (
     TICK_FIELDS,
     BatchLog,
     BurnRates,
+    OffsetLog,
     ProgressTracker,
     RunSummary,
     SlaJobError,
@@ -104,7 +109,6 @@ from pipeline.sla import (
     checkpoint_batches,
     describe,
     history_row,
-    progress_watermark_ms,
     result_schema_ddl,
     schema_ddl,
     spark_interval,
@@ -149,8 +153,9 @@ def build_session(settings: Settings) -> SparkSession:
 def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     """Results and ticks from one Kafka source, parsed; ticks have ``is_result`` false.
 
-    Columns: ``is_result``, ``request_id``, ``series``, ``priority``, ``status``,
-    ``cache``, ``latency_ms``, ``completed_at``, ``event_time``.
+    Columns: ``kafka_topic``, ``kafka_partition``, ``kafka_offset``, ``is_result``,
+    ``request_id``, ``series``, ``priority``, ``status``, ``cache``, ``latency_ms``,
+    ``completed_at``, ``event_time``.
     """
     sla = settings.sla
     reader = (
@@ -167,6 +172,8 @@ def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     is_tick = F.col("topic") == sla.ticks_topic
     value = F.col("value").cast("string")
     parsed = source.select(
+        F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
         is_tick.alias("is_tick"),
         F.when(~is_tick, F.from_json(value, result_schema_ddl())).alias("r"),
         F.when(is_tick, F.from_json(value, schema_ddl(TICK_FIELDS))).alias("t"),
@@ -177,6 +184,7 @@ def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
                             .otherwise(result_complete))
     unsupported = F.col("r.reason") == UNSUPPORTED_PAIR_REASON
     return complete.select(
+        "kafka_topic", "kafka_partition", "kafka_offset",
         (~F.col("is_tick")).alias("is_result"),
         F.col("r.request_id").alias("request_id"),
         F.when(unsupported, F.lit(UNSUPPORTED_SERIES)).otherwise(F.col("r.pair")).alias("series"),
@@ -280,6 +288,7 @@ def sla_windows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
 def windowed_results(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     """Each result once per window it belongs to (no state, no watermark): the late query."""
     return windowed(stream.where(F.col("is_result")), sla).select(
+        "kafka_topic", "kafka_partition", "kafka_offset",
         "request_id", "series", "priority", "status", "latency_ms", "completed_at",
         (F.unix_millis("window_time") + 1 - round(sla.window_s * 1000)).alias("window_start"),
         (F.unix_millis("window_time") + 1).alias("window_end"),
@@ -394,14 +403,22 @@ class WindowSinks:
 
 
 class LateSinks:
-    """The late query's ``foreachBatch`` target: rows whose window the windows query closed."""
+    """The late query's ``foreachBatch`` target: rows whose window the windows query closed.
 
-    def __init__(self, settings: Settings, kafka: KafkaSink,
-                 watermark_ms: Callable[[], int]) -> None:
+    Each row is judged by the watermark the windows query judged it by: the
+    windows query's offset log (:class:`pipeline.sla.OffsetLog`) says which of
+    its batches read the row's offset and with which watermark. The late batch
+    first waits until the windows query has planned batches covering all its
+    rows (it is usually ahead); when the job is stopping it judges what is
+    covered and leaves the rest (the only approximation left).
+    """
+
+    def __init__(self, settings: Settings, kafka: KafkaSink, halt: threading.Event) -> None:
         sla = settings.sla
         self._sla = sla
         self._kafka = kafka
-        self._watermark_ms = watermark_ms
+        self._halt = halt
+        self._offsets = OffsetLog(sla.checkpoint_dir)
         writers: dict[str, Callable[[list[Any], int], None]] = {}
         if "kafka" in sla.sinks:
             writers["late-kafka"] = self._to_kafka
@@ -413,13 +430,30 @@ class LateSinks:
     def rows(self) -> int:
         return self._batches.written
 
+    def _wait_for_coverage(self, batch: DataFrame) -> None:
+        needed = {(row[0], row[1]): row[2] for row in batch.groupBy(
+            "kafka_topic", "kafka_partition").agg(F.max("kafka_offset")).collect()}
+        while not self._offsets.covers(needed) and not self._halt.wait(_POLL_S):
+            pass
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        watermark = self._watermark_ms()
-        # the same test as the aggregation's: window_time (end - 1 ms) at or before the watermark
-        late = batch.where(F.col("window_end") - 1 <= F.lit(watermark)).collect()
+        self._wait_for_coverage(batch)
+        ranges = self._offsets.ranges()
+        if not ranges:
+            return
+        judged = batch.sparkSession.createDataFrame(
+            [(r.topic, r.partition, r.start, r.end, r.watermark_ms) for r in ranges],
+            "r_topic STRING, r_partition INT, r_start BIGINT, r_end BIGINT, watermark BIGINT")
+        read_by = ((F.col("kafka_topic") == F.col("r_topic"))
+                   & (F.col("kafka_partition") == F.col("r_partition"))
+                   & (F.col("kafka_offset") >= F.col("r_start"))
+                   & (F.col("kafka_offset") < F.col("r_end")))
+        # the aggregation's own test: window_time (end - 1 ms) at or before the watermark
+        late = (batch.join(F.broadcast(judged), read_by)
+                .where(F.col("window_end") - 1 <= F.col("watermark")).collect())
         if late:
             self._batches.write(
-                sorted((to_late_result(row.asDict(), watermark) for row in late),
+                sorted((to_late_result(row.asDict(), int(row["watermark"])) for row in late),
                        key=lambda r: (r.window_start, r.pair, r.request_id)), batch_id)
 
     def _to_kafka(self, rows: list[LateResult], _batch_id: int) -> None:
@@ -501,13 +535,13 @@ class RunningQuery:
 
 
 def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
-              stop: threading.Event) -> None:
+              stop: threading.Event, halt: threading.Event) -> None:
     """Follow the queries until one fails, ``stop`` is set, or the windows query idles.
 
     ``queries[0]`` is the windows query. Each query is stopped between
     micro-batches, or after ``_STOP_GRACE_S`` if batches run back to back; a
     batch interrupted that way is re-run on restart, and the sinks skip what
-    they already wrote.
+    they already wrote. ``halt`` is set when stopping begins.
     """
     windows = queries[0]
     stopping_since: float | None = None
@@ -520,6 +554,7 @@ def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
         _observe(windows.query, tracker)
         if stopping_since is None and (stop.is_set() or tracker.idle()):
             stopping_since = time.monotonic()
+            halt.set()
         if stopping_since is not None:
             overdue = time.monotonic() - stopping_since > _STOP_GRACE_S
             for running in queries:
@@ -547,19 +582,17 @@ def run(settings: Settings, until_idle_s: float | None = None,
     kafka = KafkaSink(settings)
     windows = WindowSinks(settings, kafka)
     running: list[RunningQuery] = []
-
-    def watermark_ms() -> int:
-        return progress_watermark_ms(running[0].query.lastProgress) if running else 0
-
-    late = LateSinks(settings, kafka, watermark_ms) if late_rows else None
+    halt = threading.Event()
+    late = LateSinks(settings, kafka, halt) if late_rows else None
     tracker = ProgressTracker(until_idle_s)
     try:
         for spec in query_specs(spark, settings, windows, late):
             running.append(RunningQuery(spec))
-        supervise(running, tracker, stop or threading.Event())
+        supervise(running, tracker, stop or threading.Event(), halt)
     except StreamingQueryException as exc:
         raise SlaJobError(f"the SLA query failed: {exc}") from exc
     finally:
+        halt.set()
         for query in running:
             if query.query.isActive:
                 query.query.stop()

@@ -12,6 +12,7 @@ across restarts, and follows the query's progress to decide when an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -19,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -224,12 +226,72 @@ def to_late_result(row: Mapping[str, Any], watermark_ms: int) -> LateResult:
     )
 
 
-def progress_watermark_ms(progress: Mapping[str, Any] | None) -> int:
-    """The event-time watermark (epoch ms) of a query's progress report (0 before one)."""
-    watermark = ((progress or {}).get("eventTime") or {}).get("watermark")
-    if not watermark:
-        return 0
-    return int(datetime.fromisoformat(watermark.replace("Z", "+00:00")).timestamp() * 1000)
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Source offsets [start, end) of one partition that one micro-batch of the windows
+    query read, and the watermark it judged their lateness by."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    batch_id: int
+    watermark_ms: int
+
+
+class OffsetLog:
+    """The windows query's offset log (``<checkpoint>/offsets/<batch>``), read back.
+
+    Spark writes, before running batch N, the end offsets of every source
+    partition and the batch's watermark. Batch N reads [end of N-1, end of N);
+    with several stateful operators (Spark ≥ 3.4), it drops input rows as
+    late by the watermark of batch N-1, the one before it. So the log tells,
+    for any record the windows query has read, which watermark judged it.
+    """
+
+    def __init__(self, checkpoint: Path) -> None:
+        self.folder = checkpoint / "offsets"
+
+    def _batches(self) -> list[tuple[int, int, dict[TopicPartition, int]]]:
+        batches = []
+        for path in self.folder.glob("*"):
+            if not path.name.isdigit():
+                continue
+            lines = path.read_text().splitlines()
+            if len(lines) < 3:
+                continue  # being written
+            watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+            ends = {(topic, int(partition)): int(offset)
+                    for line in lines[2:] if line.strip().startswith("{")
+                    for topic, partitions in json.loads(line).items()
+                    for partition, offset in partitions.items()}
+            batches.append((int(path.name), watermark, ends))
+        return sorted(batches)
+
+    def ranges(self) -> list[OffsetRange]:
+        """Every retained batch's ranges (a batch whose predecessor was purged: none)."""
+        batches = self._batches()
+        out = []
+        for (prev_id, prev_watermark, prev_ends), (batch_id, _, ends) in pairwise(batches):
+            if prev_id != batch_id - 1:
+                continue
+            for tp, end in ends.items():
+                start = prev_ends.get(tp, 0)
+                if end > start:
+                    out.append(OffsetRange(tp[0], tp[1], start, end, batch_id, prev_watermark))
+        if batches and batches[0][0] == 0:  # the first batch starts at the beginning
+            out.extend(OffsetRange(tp[0], tp[1], 0, end, 0, 0)
+                       for tp, end in batches[0][2].items() if end > 0)
+        return out
+
+    def covers(self, needed: Mapping[TopicPartition, int]) -> bool:
+        """Whether the windows query has planned a batch reading each ``needed`` offset."""
+        batches = self._batches()
+        ends = batches[-1][2] if batches else {}
+        return all(ends.get(tp, 0) > offset for tp, offset in needed.items())
 
 
 def _utc(ms: int) -> str:

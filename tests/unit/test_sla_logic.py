@@ -26,6 +26,7 @@ from pipeline.sla import (
     BatchLog,
     BatchStat,
     BurnRates,
+    OffsetLog,
     ProgressTracker,
     RunSummary,
     WindowFigures,
@@ -34,7 +35,6 @@ from pipeline.sla import (
     objectives_met,
     parse_duration,
     parse_thresholds,
-    progress_watermark_ms,
     result_schema_ddl,
     spark_interval,
     to_late_result,
@@ -234,9 +234,36 @@ def test_late_result_and_watermark() -> None:
                               status="error", latency_ms=12, completed_at=1_700_000_001_000,
                               window_start=1_700_000_000_000, window_end=1_700_000_005_000,
                               watermark=1_700_000_007_500, late_by_ms=6500)
-    assert progress_watermark_ms({"eventTime": {"watermark": "2023-11-14T22:13:27.500Z"}}) \
-        == 1_700_000_007_500
-    assert progress_watermark_ms(None) == progress_watermark_ms({"eventTime": {}}) == 0
+
+
+def _offsets(folder: Path, batch_id: int, watermark: int, ends: dict[str, dict[str, int]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": watermark, "batchTimestampMs": 1, "conf": {}}
+    (folder / str(batch_id)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(ends)}")
+
+
+def test_offset_log_says_which_watermark_judged_each_record(tmp_path: Path) -> None:
+    log = OffsetLog(tmp_path)
+    assert log.ranges() == [] and not log.covers({("res", 0): 0})
+    offsets = tmp_path / "offsets"
+    _offsets(offsets, 0, 0, {"res": {"0": 10, "1": 4}, "ticks": {"0": 1}})
+    _offsets(offsets, 1, 500, {"res": {"0": 25, "1": 4}, "ticks": {"0": 2}})
+    _offsets(offsets, 2, 900, {"res": {"0": 30, "1": 9}, "ticks": {"0": 2}})
+    (offsets / "3").write_text("v1\n")  # being written
+    (offsets / ".2.crc").write_text("")
+    ranges = {(r.topic, r.partition, r.start, r.end): (r.batch_id, r.watermark_ms)
+              for r in log.ranges()}
+    assert ranges == {
+        ("res", 0, 0, 10): (0, 0), ("res", 1, 0, 4): (0, 0), ("ticks", 0, 0, 1): (0, 0),
+        # batch 1 judged its input by batch 0's watermark, batch 2 by batch 1's
+        ("res", 0, 10, 25): (1, 0), ("ticks", 0, 1, 2): (1, 0),
+        ("res", 0, 25, 30): (2, 500), ("res", 1, 4, 9): (2, 500),
+    }
+    assert log.covers({("res", 0): 29, ("res", 1): 8})
+    assert not log.covers({("res", 0): 30})
+    assert not log.covers({("other", 0): 0})
+    (offsets / "0").unlink()  # purged by Spark: batch 1 has no predecessor to start from
+    assert {(r.batch_id, r.start) for r in log.ranges()} == {(2, 25), (2, 4)}
 
 
 def test_batch_log(tmp_path: Path) -> None:
