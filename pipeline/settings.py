@@ -192,8 +192,9 @@ class SlaSettings(_Section):
     bulk_objectives: BulkObjectives = BulkObjectives()
     pair_objectives: dict[str, SloObjectives] = {}
     # KLL sketch size of the per-window latency sketches in the Parquet history
-    # (normalized rank error about 1.33% at 200, 0.33% at 1000; bigger k, bigger files)
-    sketch_k: int = Field(200, ge=8, le=65535)
+    # (normalized rank error about 1.33% at 200, 0.28% at 1000; bigger k, bigger files);
+    # None: no sketches (`sla report` then has no percentiles)
+    sketch_k: int | None = Field(200, ge=8, le=65535)
     # the driver binds here in local mode (loopback unless a setting says otherwise)
     driver_host: str = "127.0.0.1"
     # "hdfs" (Spark's default, in memory) or "rocksdb" (state off-heap, on local disk)
