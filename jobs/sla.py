@@ -90,7 +90,7 @@ from kafka import KafkaProducer
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from pipeline.kafka_clients import kafka_python_options, spark_kafka_options
 from pipeline.messages import UNSUPPORTED_PAIR_REASON, UNSUPPORTED_SERIES, LateResult, SlaWindow
@@ -550,7 +550,7 @@ def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
             running.check()
         if not windows.query.isActive:
             break
-        windows.query.awaitTermination(_POLL_S)
+        windows.query.awaitTermination(_POLL_S)  # type: ignore[arg-type]  # seconds, fractional
         _observe(windows.query, tracker)
         if stopping_since is None and (stop.is_set() or tracker.idle()):
             stopping_since = time.monotonic()

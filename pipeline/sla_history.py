@@ -190,7 +190,7 @@ def period_report(sla: SlaSettings, pair: str, priority: str, from_ms: int, to_m
     return PeriodReport(
         pair=pair, priority=priority, from_ms=from_ms, to_ms=to_ms, windows=len(windows),
         windows_without_sketch=len(rows) - len(sketches), count=count, **quantiles,
-        rank_error=merged.normalized_rank_error(False) if merged is not None else None,
+        rank_error=float(merged.normalized_rank_error(False)) if merged is not None else None,
         **ratios, duplicates=sum(w.duplicates for w in windows),
         late=sum(late_counts(sla.late_history_dir, late_where).values()),
         objectives=objectives,

@@ -91,7 +91,7 @@ def summary_line(summary: RunSummary) -> str:
 @click.option("--late-rows/--no-late-rows", default=True, show_default=True,
               help="Run the second query that writes late rows to translate.sla.late.")
 @click.pass_context
-def sla(ctx: click.Context, thresholds: tuple[str, ...], until_idle: float | None,
+def sla(ctx: click.Context, /, thresholds: tuple[str, ...], until_idle: float | None,
         sinks: str | None, late_rows: bool, **options: Any) -> None:
     """Windowed P50/P95/P99 latency and timeout/error/cache-hit ratios per pair.
 

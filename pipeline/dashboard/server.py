@@ -34,10 +34,6 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
 KEEPALIVE_S = 15.0
 
-STORE_KEY = web.AppKey("store", "WindowStore")
-FEED_KEY = web.AppKey("feed", "SlaFeed")
-LATE_FEED_KEY = web.AppKey("late_feed", "SlaFeed")
-SLA_KEY = web.AppKey("sla", SlaSettings)
 PERIODS_S = {"1h": 3600, "1d": 86_400, "30d": 30 * 86_400}
 
 SeriesKey = tuple[str, str]  # (pair or "unsupported", priority)
@@ -179,6 +175,12 @@ class SlaFeed:
                         self._model.__name__, exc)
             return
         self._accept_message(message)
+
+
+STORE_KEY = web.AppKey("store", WindowStore)
+FEED_KEY = web.AppKey("feed", SlaFeed)
+LATE_FEED_KEY = web.AppKey("late_feed", SlaFeed)
+SLA_KEY = web.AppKey("sla", SlaSettings)
 
 
 def _sse(event: str, data: Any) -> bytes:
