@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,22 +21,26 @@ from pipeline.sla import RunSummary, parse_duration, parse_thresholds
 from pipeline.sla_history import PeriodReport, period_report
 
 
-class Duration(click.ParamType):
-    """A duration such as ``500ms``, ``5s``, ``1m`` or ``2h``, in seconds."""
+class Parsed(click.ParamType):
+    """An option value read by a parser that raises ConfigError (values not given as text
+    are taken as already parsed)."""
 
-    name = "duration"
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
 
     def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
-        if isinstance(value, float):
+                ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
             return value
         try:
-            return parse_duration(str(value))
+            return self._parse(value)
         except ConfigError as exc:
             self.fail(str(exc), param, ctx)
 
 
-DURATION = Duration()
+# a duration such as 500ms, 5s, 1m or 2h, in seconds
+DURATION = Parsed("duration", parse_duration)
 
 
 def sla_settings(base: SlaSettings, overrides: dict[str, Any],
@@ -126,21 +130,6 @@ def sla(ctx: click.Context, /, thresholds: tuple[str, ...], until_idle: float | 
     click.echo(summary_line(summary), err=True)
 
 
-class Instant(click.ParamType):
-    """A point in time: ISO 8601 (UTC unless it says otherwise), epoch ms, or ``now-30d``."""
-
-    name = "time"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_instant(str(value), now_ms())
-        except ConfigError as exc:
-            self.fail(str(exc), param, ctx)
-
-
 def parse_instant(text: str, now: int) -> int:
     """Epoch ms of ``text``: ``now``, ``now-<duration>``, digits (epoch ms) or ISO 8601."""
     text = text.strip()
@@ -158,6 +147,10 @@ def parse_instant(text: str, now: int) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+# a point in time: ISO 8601 (UTC unless it says otherwise), epoch ms, or now-30d; epoch ms
+INSTANT = Parsed("time", lambda text: parse_instant(text, now_ms()))
 
 
 def _utc(ms: int) -> str:
@@ -197,9 +190,9 @@ def report_lines(report: PeriodReport) -> list[str]:
 @click.option("--pair", required=True, help="Pair id (or `unsupported`).")
 @click.option("--priority", type=click.Choice(["interactive", "bulk"]), default="interactive",
               show_default=True)
-@click.option("--from", "from_ms", type=Instant(), default="now-1h", show_default=True,
+@click.option("--from", "from_ms", type=INSTANT, default="now-1h", show_default=True,
               help="Start: ISO 8601, epoch ms, or now-<duration> (now-30d).")
-@click.option("--to", "to_ms", type=Instant(), default="now", show_default=True,
+@click.option("--to", "to_ms", type=INSTANT, default="now", show_default=True,
               help="End (exclusive), same forms.")
 @click.option("--history", type=click.Path(path_type=Path),
               help="Parquet history folder [default: sla.history_dir].")
