@@ -98,3 +98,28 @@ def test_topic_specs_reject_bad_pair() -> None:
 )
 def test_artifact_id_from_jar_name(jar: str, artifact: str) -> None:
     assert artifact_id(jar) == artifact
+
+
+def test_spark_cluster_daemons_bind_to_the_configured_host_and_ports(tmp_path: Path) -> None:
+    from pipeline.settings import SparkClusterSettings
+    from pipeline.stack.spark import spark_home, spark_services
+
+    settings = Settings(stack=StackSettings(home=tmp_path),
+                        spark=SparkClusterSettings(master_port=17077, master_webui_port=18080,
+                                                   worker_port=17078, worker_webui_port=18081,
+                                                   workers=2, worker_cores=1))
+    master, *workers = spark_services(settings)
+    assert [s.name for s in (master, *workers)] == ["spark-master", "spark-worker-0",
+                                                    "spark-worker-1"]
+    command = master.command()
+    assert command[0] == "env" and f"{spark_home()}/bin/spark-class" in command
+    assert "SPARK_LOCAL_IP=127.0.0.1" in command and f"SPARK_DAEMON_JAVA_OPTS={master.marker}" \
+        in command
+    assert command[-6:] == ["--host", "127.0.0.1", "--port", "17077", "--webui-port", "18080"]
+    worker = workers[1].command()
+    assert worker[-1] == "spark://127.0.0.1:17077"
+    assert worker[worker.index("--port") + 1] == "17079"
+    assert worker[worker.index("--webui-port") + 1] == "18082"
+    assert workers[1].address == "127.0.0.1:17079"
+    assert len({s.marker for s in (master, *workers)}) == 3, "each daemon recognisable"
+    assert all(str(tmp_path) in s.marker for s in (master, *workers))
