@@ -60,7 +60,9 @@ from pipeline.stack.manager import Endpoints
 from pipeline.ticks import TickSource
 from tests.integration.helpers import TopicTail
 
-pytestmark = pytest.mark.integration
+# Two job runs (each a JVM start and a cold first batch): about 3 minutes on an idle 2-core
+# machine, over 10 when it is shared with other heavy work.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 BASE = 1_700_000_000_000
 WINDOW_MS, LATENESS_S, TRIGGER_S, TICK_S = 1_000, 5.0, 0.5, 1.0
@@ -271,6 +273,11 @@ class Scenario:
     max_batch_ms: int = 0
 
 
+def _stage(started: float, what: str) -> None:
+    print(f"[sla scenario] {time.monotonic() - started:6.1f}s {what}", file=sys.stderr,
+          flush=True)
+
+
 def _send(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
     for key, value in records:
@@ -393,21 +400,27 @@ def scenario(stack: Endpoints, topics: dict[str, str],
                          topics["ticks"]).records()
     jobs: list[JobProcess] = []
     expected_windows = len({(*e.series, e.window_start) for e in phases.originals})
+    started = time.monotonic()
     try:
         _send(bootstrap, topics["results"], _results(phases.stream))
         _send(bootstrap, topics["ticks"], [(key, value) for _, key, value in closing])
+        _stage(started, f"{len(phases.stream)} results sent; first run starting")
         jobs.append(first := JobProcess(job_args(topics, work), env))
         # the first batch pays for the JVM's warm-up: minutes on a loaded 2-core machine
         first.wait_for(lambda: len(_windows(tail)) >= expected_windows, "the windows",
                        timeout_s=900)
+        _stage(started, f"windows out; batches {first.batches()}")
         listening = listening_addresses(first.proc.pid)
         _send(bootstrap, topics["results"], _results(phases.late))
         late_tail.read_until(lambda records: len(records) >= len(phases.late), timeout_s=300)
+        _stage(started, f"{len(late_tail.records)} late rows out")
         time.sleep(2 * TRIGGER_S)
         first.stop()
         replayed = forget_last_commit(work / "ck")
+        _stage(started, f"first run stopped, batch {replayed} forgotten; second run starting")
         jobs.append(second := JobProcess(job_args(topics, work), env))
         realtime, emitted = run_realtime(second, bootstrap, topics, tail, rng)
+        _stage(started, f"quiet pair's windows out; batches {second.batches()}")
         second.stop()
         tail.drain(quiet_s=2.0)
         late_tail.drain(quiet_s=1.0)

@@ -31,7 +31,8 @@ from pipeline.stack.spark import spark_services
 from pipeline.ticks import TickSource
 from tests.integration.helpers import TopicTail
 
-pytestmark = pytest.mark.integration
+# Three daemons and two job runs: a few minutes on an idle 2-core machine, far more when shared.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 
 BASE = 1_700_000_000_000
 
