@@ -75,6 +75,7 @@ like Spark's own Kafka sink).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
@@ -550,7 +551,8 @@ def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
             running.check()
         if not windows.query.isActive:
             break
-        windows.query.awaitTermination(_POLL_S)  # type: ignore[arg-type]  # seconds, fractional
+        with contextlib.suppress(StreamingQueryException):  # check() handles it next round
+            windows.query.awaitTermination(_POLL_S)  # type: ignore[arg-type]  # fractional s
         _observe(windows.query, tracker)
         if stopping_since is None and (stop.is_set() or tracker.idle()):
             stopping_since = time.monotonic()

@@ -216,8 +216,10 @@ class JobProcess:
             self.proc.kill()
             self.proc.wait()
 
-    def tail(self, lines: int = 30) -> str:
-        return "\n--- job stderr ---\n" + "".join(self.stderr[-lines:])
+    def tail(self, lines: int = 40) -> str:
+        # without the query plans Spark prints with a failure
+        text = [line for line in self.stderr if not line.lstrip().startswith(("+-", ":", "~"))]
+        return "\n--- job stderr ---\n" + "".join(text[-lines:])
 
 
 def listening_addresses(pid: int) -> set[str]:
