@@ -32,7 +32,8 @@ window is emitted once, in the micro-batch after the watermark passes its end.
 A result counts in each of its windows that is still open when its micro-batch
 starts, however old the result itself is. Workers tick every few seconds per
 served pair, so a quiet pair's windows close within ``lateness + tick interval
-+ 2 triggers`` (+ one batch's run time) after they end; without ticks (no
++ 2 triggers + 3 micro-batch run times`` after they end (the batch running when the
+tick arrives, the one that reads it, the one that emits); without ticks (no
 worker running) the newest ``lateness + window`` stays open until newer input
 arrives, and stopping the job never force-emits it (a restart would emit it
 twice).

@@ -6,8 +6,8 @@ are never emitted. A worker therefore publishes one :class:`~pipeline.messages.T
 per pair it serves every ``worker.tick_interval_s`` (from a Faust timer),
 carrying its clock; the SLA job reads ticks together with the results and
 never counts them as results. With ticks, a window is emitted at most
-``lateness + tick interval + 2 triggers`` (plus one micro-batch's run time)
-after it ends.
+``lateness + tick interval + 2 triggers + 3 micro-batch run times`` after it
+ends.
 
 :class:`TickSource` is the pure part: it makes the records, the caller
 produces them. Ticks are keyed by pair id, so one pair's ticks stay in order.
