@@ -87,6 +87,9 @@ def test_registered_commands() -> None:
     runner = CliRunner()
     assert "sla" in runner.invoke(main, ["--help"]).output
     assert "sla" in runner.invoke(main, ["bench", "--help"]).output
+    assert "report" in runner.invoke(main, ["sla", "--help"]).output
+    spark = runner.invoke(main, ["spark", "--help"])
+    assert spark.exit_code == 0 and "up" in spark.output and "down" in spark.output
 
 
 def test_new_defaults_keep_the_driver_on_loopback_and_dedup_on() -> None:
