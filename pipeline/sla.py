@@ -370,11 +370,12 @@ class BatchStat:
 class ProgressTracker:
     """Follows a streaming query's progress reports (plain dicts, as Spark gives them).
 
-    ``idle()`` is true once no report with input rows has arrived for
-    ``idle_s`` seconds, counted from the first report (a query that is still
-    starting, slowly on a loaded machine, is not idle). Spark also reports
-    progress while idle, under the next batch's id; a report counts once, by
-    batch id and timestamp.
+    ``idle()`` is true once the latest report had no input rows and none with
+    input has arrived for ``idle_s`` seconds. A query that has not reported
+    yet (still starting, slowly on a loaded machine) or whose latest batch had
+    input (the next one may be running, however long it takes) is not idle.
+    Spark also reports progress while idle, under the next batch's id; a
+    report counts once, by batch id and timestamp.
     """
 
     idle_s: float | None = None
@@ -382,6 +383,7 @@ class ProgressTracker:
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
     _last_input: float | None = field(default=None, init=False, repr=False)
+    _latest_had_input: bool = field(default=False, init=False, repr=False)
 
     def observe(self, progress: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Take in progress reports (repeats are ignored); returns the new ones."""
@@ -395,6 +397,7 @@ class ProgressTracker:
             if self._last_input is None:
                 self._last_input = self.clock()
             rows = int(report.get("numInputRows") or 0)
+            self._latest_had_input = rows > 0
             if rows:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))
                 self.input_batches.append(BatchStat(key[0], rows, ms))
@@ -404,6 +407,7 @@ class ProgressTracker:
     def idle(self) -> bool:
         """Whether the ``idle_s`` limit has passed without new input."""
         return (self.idle_s is not None and self._last_input is not None
+                and not self._latest_had_input
                 and self.clock() - self._last_input >= self.idle_s)
 
 

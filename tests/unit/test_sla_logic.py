@@ -317,8 +317,11 @@ def test_progress_tracker_idles_after_the_last_input() -> None:
     clock.now += 60
     assert not tracker.idle(), "a query that has not reported yet is still starting"
     tracker.observe([_report(0, 10)])
+    clock.now += 60
+    assert not tracker.idle(), "the next batch may be running: a long one is not idleness"
+    tracker.observe([_report(1, 5)])
     clock.now += 4.9
-    tracker.observe([_report(1, 0)])
+    tracker.observe([_report(2, 0)])
     assert not tracker.idle(), "batches without input do not reset the clock, nor trip it"
     clock.now += 0.1
     assert tracker.idle()
