@@ -111,6 +111,7 @@ from pipeline.sla import (
     checkpoint_batches,
     describe,
     history_row,
+    input_rows,
     result_schema_ddl,
     schema_ddl,
     spark_interval,
@@ -503,7 +504,7 @@ def query_specs(spark: SparkSession, settings: Settings, windows: WindowSinks,
 def _observe(query: StreamingQuery, tracker: ProgressTracker) -> None:
     for report in tracker.observe(query.recentProgress):
         log.info("batch %s: %s input rows in %s ms, watermark %s", report["batchId"],
-                 report.get("numInputRows"),
+                 input_rows(report),
                  (report.get("durationMs") or {}).get("triggerExecution"),
                  (report.get("eventTime") or {}).get("watermark"))
 

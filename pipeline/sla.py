@@ -366,6 +366,22 @@ class BatchStat:
     ms: int
 
 
+def input_rows(report: Mapping[str, Any]) -> int:
+    """Records a micro-batch read: each source once, though the plan may scan it twice.
+
+    (With de-duplication the windows query reads its source in two branches,
+    and Spark's ``numInputRows`` counts both.)
+    """
+    sources = report.get("sources")
+    if not sources:
+        return int(report.get("numInputRows") or 0)
+    per_source: dict[str, int] = {}
+    for source in sources:
+        name = str(source.get("description"))
+        per_source[name] = max(per_source.get(name, 0), int(source.get("numInputRows") or 0))
+    return sum(per_source.values())
+
+
 @dataclass
 class ProgressTracker:
     """Follows a streaming query's progress reports (plain dicts, as Spark gives them).
@@ -396,7 +412,7 @@ class ProgressTracker:
             new.append(report)
             if self._last_input is None:
                 self._last_input = self.clock()
-            rows = int(report.get("numInputRows") or 0)
+            rows = input_rows(report)
             self._latest_had_input = rows > 0
             if rows:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))

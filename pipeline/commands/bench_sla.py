@@ -113,11 +113,16 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
         consumer.close()
 
 
-# name -> (SlaSettings overrides, run the late-rows query)
+# name -> (SlaSettings overrides, run the late-rows query); the "without_" ones price one
+# feature each (opt-in with --config)
 CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
     "full": ({}, True),
     "baseline": ({"dedup": False, "sketch_k": None}, False),
+    "without_late": ({}, False),
+    "without_dedup": ({"dedup": False}, True),
+    "without_sketch": ({"sketch_k": None}, True),
 }
+DEFAULT_CONFIGS = ("full", "baseline")
 
 
 def run_report(settings: Settings, summary: RunSummary, windows: list[SlaWindow]
@@ -180,7 +185,7 @@ def report(settings: Settings, runs: dict[str, dict[str, Any]], loaded: dict[str
 @click.option("--state-store", type=click.Choice(["hdfs", "rocksdb"]), default=None,
               help="State store provider [default: sla.state_store].")
 @click.option("--config", "configs", type=click.Choice(list(CONFIGS)), multiple=True,
-              help="Configurations to run (default: all, full first).")
+              help="Configurations to run, in this order (default: full, then baseline).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON document.")
 @click.pass_obj
 def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float,
@@ -191,7 +196,8 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float
 
     run_id = uuid.uuid4().hex[:8]
     topics = {"results": f"bench.sla.{run_id}", "ticks": f"bench.sla.{run_id}.ticks"}
-    outputs = {name: f"bench.sla.{run_id}.{name}" for name in configs or CONFIGS}
+    outputs = {name: f"bench.sla.{run_id}.{name.replace('_', '-')}"
+               for name in configs or DEFAULT_CONFIGS}
     created = [*topics.values(), *outputs.values(), *(f"{o}.late" for o in outputs.values())]
     ensure_topics(settings.kafka, {
         name: TopicSpec(settings.kafka.results_partitions if name == topics["results"] else 1)

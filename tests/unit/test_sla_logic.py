@@ -32,6 +32,7 @@ from pipeline.sla import (
     WindowFigures,
     checkpoint_batches,
     describe,
+    input_rows,
     objectives_met,
     parse_duration,
     parse_thresholds,
@@ -309,6 +310,14 @@ def test_progress_tracker_counts_each_report_once() -> None:
     tracker.observe([_report(3, 0, ts="idle")])
     assert tracker.input_batches == [BatchStat(0, 100, 200), BatchStat(2, 50, 300)]
     assert not tracker.idle(), "no idle limit: never idle"
+
+
+def test_input_rows_count_a_source_scanned_twice_once() -> None:
+    kafka = {"description": "KafkaV2[Subscribe[r, t]]", "numInputRows": 500}
+    assert input_rows({"numInputRows": 1000, "sources": [kafka, dict(kafka)]}) == 500
+    other = {"description": "Other", "numInputRows": 7}
+    assert input_rows({"numInputRows": 1007, "sources": [kafka, kafka, other]}) == 507
+    assert input_rows({"numInputRows": 12}) == 12
 
 
 def test_progress_tracker_idles_after_the_last_input() -> None:
