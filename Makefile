@@ -12,12 +12,14 @@ TRAIN_VENV := .venv-train
 
 install: $(STAMP) system-deps
 
-# Debian's chromium (dashboard browser test) and docker-compose v1 (checks
-# docker-compose.yml without an engine). Installed as root when missing;
-# otherwise those tests skip and say why.
+# Debian's chromium (dashboard browser test), docker-compose v1 (checks
+# docker-compose.yml without an engine) and prometheus (its promtool checks and
+# unit-tests the alert rules). Installed as root when missing; otherwise those
+# tests skip and say why.
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 \
 		|| missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
@@ -25,7 +27,7 @@ system-deps:
 			echo "apt-get install$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 		else \
-			echo "warning: not root or no apt-get; install$$missing for the browser/compose tests"; \
+			echo "warning: not root or no apt-get; install$$missing for the browser/compose/alert-rule tests"; \
 		fi; \
 	fi
 

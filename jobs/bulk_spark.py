@@ -50,6 +50,7 @@ from pipeline.bulk.runner import model_id_for
 from pipeline.bulk.schema import OUTPUT_COLUMNS, OUTPUT_FIELDS
 from pipeline.bulk.segmenter import Segment, Segmentation, segment_document
 from pipeline.bulk.state import JobState
+from pipeline.kafka_clients import spark_kafka_options
 from pipeline.messages import now_ms
 from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_topic
 from pipeline.settings import Settings
@@ -176,7 +177,7 @@ def job_results(spark: SparkSession, settings: Settings, job_id: str, topic: str
     """This job's results on ``topic`` (batch read, earliest to latest)."""
     raw = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .options(**spark_kafka_options(settings.kafka))
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
@@ -239,7 +240,7 @@ def submit(
     try:
         published = pending.count()
         (pending.write.format("kafka")
-         .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+         .options(**spark_kafka_options(settings.kafka))
          .option("kafka.acks", "all")
          .option("topic", topic)
          .save())

@@ -569,7 +569,8 @@ def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
 
 
 def run(settings: Settings, until_idle_s: float | None = None,
-        stop: threading.Event | None = None, late_rows: bool = True) -> RunSummary:
+        stop: threading.Event | None = None, late_rows: bool = True,
+        on_input: Callable[[int], object] | None = None) -> RunSummary:
     """Run the SLA job until ``stop`` is set or, with ``until_idle_s``, input stops.
 
     Raises :class:`~pipeline.sla.SlaJobError` when a query fails (the
@@ -579,7 +580,8 @@ def run(settings: Settings, until_idle_s: float | None = None,
     then from its last micro-batch with input; make it a few triggers long,
     so that the batch emitting the windows the last input closed runs before
     the stop (if it does not, the next run emits them). ``late_rows=False``
-    runs the windows query alone.
+    runs the windows query alone. ``on_input`` gets the input rows of each
+    micro-batch that had some.
     """
     started = time.monotonic()
     spark = build_session(settings)
@@ -588,7 +590,7 @@ def run(settings: Settings, until_idle_s: float | None = None,
     running: list[RunningQuery] = []
     halt = threading.Event()
     late = LateSinks(settings, kafka, halt) if late_rows else None
-    tracker = ProgressTracker(until_idle_s)
+    tracker = ProgressTracker(until_idle_s, on_input=on_input)
     try:
         for spec in query_specs(spark, settings, windows, late):
             running.append(RunningQuery(spec))

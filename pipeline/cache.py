@@ -14,11 +14,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import redis
 from cachetools import LRUCache
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,9 @@ Level = Literal["l1", "l2"]
 class CachedTranslation:
     """What a cache (or the dedup window) remembers for one digest."""
 
+    # validated strictly when read back from Redis (pydantic reads this on dataclasses)
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(strict=True)
+
     text: str
     model: str
     input_tokens: int
@@ -40,7 +45,11 @@ class CachedTranslation:
 
     @classmethod
     def from_json(cls, data: str | bytes) -> CachedTranslation:
-        return cls(**json.loads(data))
+        """Parse and validate a stored entry (pydantic.ValidationError when it is not one)."""
+        return _ENTRY.validate_json(data)
+
+
+_ENTRY = TypeAdapter(CachedTranslation)
 
 
 class LruCache:
@@ -79,24 +88,21 @@ class RedisCache:
         self,
         settings: RedisSettings,
         *,
-        client: redis.Redis | None = None,
+        client: redis.Redis[bytes] | None = None,
         retry_after_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
-        self._client = client or redis.Redis.from_url(
-            settings.url,
-            password=settings.password.get_secret_value() if settings.password else None,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-        )
+        self._client = client or redis_client(settings)
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._down_until = 0.0
         self._degraded_logged = False
         self.errors = 0
+        self.corrupt = 0
 
-    def _key(self, digest: str) -> str:
+    def key(self, digest: str) -> str:
+        """The Redis key of a digest (prefix, cache version, digest)."""
         s = self._settings
         return f"{s.key_prefix}:v{s.cache_version}:{digest}"
 
@@ -120,16 +126,23 @@ class RedisCache:
         if not digests or not self.available:
             return {}
         try:
-            values = self._client.mget([self._key(d) for d in digests])
+            values = self._client.mget([self.key(d) for d in digests])
         except redis.RedisError as exc:
             self._failed(exc)
             return {}
         self._recovered()
-        return {
-            digest: CachedTranslation.from_json(value)
-            for digest, value in zip(digests, values, strict=True)
-            if value is not None
-        }
+        found: dict[str, CachedTranslation] = {}
+        for digest, value in zip(digests, values, strict=True):
+            if value is None:
+                continue
+            try:
+                found[digest] = CachedTranslation.from_json(value)
+            except ValidationError as exc:
+                # Written by another version or damaged: a miss, never a failed request.
+                self.corrupt += 1
+                log.warning("ignoring an unreadable L2 cache entry %s (%d problems)",
+                            self.key(digest), exc.error_count())
+        return found
 
     def put_many(self, entries: Mapping[str, CachedTranslation]) -> None:
         if not entries or not self.available:
@@ -137,7 +150,7 @@ class RedisCache:
         try:
             with self._client.pipeline(transaction=False) as pipe:
                 for digest, entry in entries.items():
-                    pipe.set(self._key(digest), entry.to_json(), ex=self._settings.ttl_s)
+                    pipe.set(self.key(digest), entry.to_json(), ex=self._settings.ttl_s)
                 pipe.execute()
         except redis.RedisError as exc:
             self._failed(exc)

@@ -13,14 +13,15 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.codec import check_limits, describe_validation
+from pipeline.errors import ContractError, LimitExceeded, StackError
+from pipeline.kafka_check import kafka_python_client
 from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
-from pipeline.settings import KafkaSettings
+from pipeline.settings import KafkaSettings, LimitSettings
 from pipeline.tracing import SPAN_SUBMIT, extract_context, has_trace_context, inject_headers, tracer
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +61,8 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     acks=all and an idempotent producer with retries: a retried send is not
     written twice.
     """
-    return KafkaProducer(
-        **kafka_python_options(settings, role),
+    return kafka_python_client(
+        KafkaProducer, settings, role,
         acks="all",
         retries=10,
         enable_idempotence=True,
@@ -76,23 +77,44 @@ def new_request_id() -> str:
 def build_requests(
     texts: Iterable[str], pair: Pair, options: RequestOptions = RequestOptions()
 ) -> list[TranslationRequest]:
-    """One request per text, stamped with ``submitted_at`` now."""
+    """One request per text, stamped with ``submitted_at`` now.
+
+    Raises :class:`ContractError` (one line: which text, which field, why)
+    when a request would break the schema.
+    """
     submitted = now_ms()
-    return [
-        TranslationRequest(
-            request_id=new_request_id(),
-            source_lang=pair.source,
-            target_lang=pair.target,
-            text=text,
-            submitted_at=submitted,
-            timeout_ms=options.timeout_ms,
-            tenant=options.tenant,
-            domain=options.domain,
-            metadata=options.metadata,
-            reply_to=options.reply_to,
-        )
-        for text in texts
-    ]
+    requests = []
+    for number, text in enumerate(texts, 1):
+        try:
+            requests.append(TranslationRequest(
+                request_id=new_request_id(),
+                source_lang=pair.source,
+                target_lang=pair.target,
+                text=text,
+                submitted_at=submitted,
+                timeout_ms=options.timeout_ms,
+                tenant=options.tenant,
+                domain=options.domain,
+                metadata=options.metadata,
+                reply_to=options.reply_to,
+            ))
+        except ValidationError as exc:
+            raise ContractError(f"text {number}: {describe_validation(exc)}") from None
+    return requests
+
+
+def check_sendable(requests: Sequence[TranslationRequest], limits: LimitSettings) -> None:
+    """Raise :class:`LimitExceeded` for the first request a router would dead-letter.
+
+    The router checks the same deployment limits; refusing here spares the
+    caller a wait for a result that would never come.
+    """
+    for number, request in enumerate(requests, 1):
+        violation = check_limits(request, limits)
+        if violation:
+            raise LimitExceeded(
+                f"text {number}: {violation}; nothing was sent"
+            )
 
 
 class TranslationClient:
@@ -100,10 +122,13 @@ class TranslationClient:
 
     Requests are keyed by pair id on ``translate.requests`` (acks=all,
     idempotent producer with retries), so one pair's requests stay in order.
+    Every request is checked against the deployment ``limits`` first; a
+    request over a limit raises :class:`LimitExceeded` and nothing is sent.
     """
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, limits: LimitSettings | None = None) -> None:
         self._settings = settings
+        self._limits = limits or LimitSettings()
         self._producer = reliable_producer(settings, "client")
 
     def __enter__(self) -> TranslationClient:
@@ -130,6 +155,7 @@ class TranslationClient:
         a ``traceparent`` already in ``headers``) whose W3C trace context is
         injected into the record's headers.
         """
+        check_sendable(requests, self._limits)
         parent = extract_context(headers) if has_trace_context(headers) else None
         futures = []
         for request in requests:
@@ -160,6 +186,7 @@ class TranslationClient:
         headers: Headers | None = None,
     ) -> ReplyBatch:
         """Submit and wait for one result per request id (first one wins)."""
+        check_sendable(requests, self._limits)
         replies = ReplyBatch(request_ids=[r.request_id for r in requests])
         topics = {r.reply_to or RESULTS_TOPIC for r in requests}
         with ResultListener(self._settings, topics) as listener:
@@ -169,11 +196,14 @@ class TranslationClient:
 
 
 class ResultListener:
-    """Reads result topics from their current end (positions fixed before submitting)."""
+    """Reads result topics from a fixed start: their current end (positions fixed before
+    submitting), or the first record at or after ``since_ms`` (epoch ms)."""
 
-    def __init__(self, settings: KafkaSettings, topics: Iterable[str]) -> None:
-        self._consumer = KafkaConsumer(
-            **kafka_python_options(settings, "replies"),
+    def __init__(
+        self, settings: KafkaSettings, topics: Iterable[str], since_ms: int | None = None
+    ) -> None:
+        self._consumer = kafka_python_client(
+            KafkaConsumer, settings, "replies",
             group_id=None,
             enable_auto_commit=False,
         )
@@ -183,18 +213,27 @@ class ResultListener:
             for p in sorted(self._partitions_of(topic))
         ]
         self._consumer.assign(partitions)
-        self._consumer.seek_to_end(*partitions)
+        self._ends: dict[TopicPartition, int] = self._consumer.end_offsets(partitions)
+        if since_ms is None:
+            self._consumer.seek_to_end(*partitions)
+        else:
+            starts = self._consumer.offsets_for_times({tp: since_ms for tp in partitions})
+            for tp in partitions:
+                found = starts.get(tp)
+                self._consumer.seek(tp, found.offset if found is not None else self._ends[tp])
         for tp in partitions:  # resolve the lazy seek now, before anything is sent
             self._consumer.position(tp)
 
     def _partitions_of(self, topic: str) -> set[int]:
         deadline = time.monotonic() + 10
         while True:
-            partitions = self._consumer.partitions_for_topic(topic)
+            partitions: set[int] | None = self._consumer.partitions_for_topic(topic)
             if partitions:
                 return partitions
             if time.monotonic() > deadline:
-                raise TimeoutError(f"topic {topic!r} has no partitions (is the stack up?)")
+                raise StackError(
+                    f"topic {topic!r} does not exist; create the topics with `babelstream up`"
+                )
             time.sleep(0.1)
 
     def __enter__(self) -> ResultListener:
@@ -205,17 +244,46 @@ class ResultListener:
 
     def collect(self, replies: ReplyBatch, timeout_s: float) -> None:
         """Poll until every awaited id has a result or the timeout passes."""
-        wanted = set(replies.missing)
         deadline = time.monotonic() + timeout_s
-        while wanted and time.monotonic() < deadline:
-            batches = self._consumer.poll(timeout_ms=200)
-            for records in batches.values():
-                for record in records:
-                    try:
-                        result = TranslationResult.from_json(record.value)
-                    except ValidationError:
-                        log.warning("skipping malformed result at %s", record.offset)
-                        continue
-                    if result.request_id in wanted:
-                        replies.results[result.request_id] = result
-                        wanted.discard(result.request_id)
+        while replies.missing and time.monotonic() < deadline:
+            self._poll(replies)
+
+    def scan(self, replies: ReplyBatch, wait_s: float = 0.0) -> None:
+        """Read up to the end offsets the topics had when the listener started, then go on
+        for ``wait_s`` seconds more, or stop as soon as every awaited id has a result."""
+        deadline = time.monotonic() + wait_s
+        while replies.missing and (
+            not self._caught_up() or time.monotonic() < deadline
+        ):
+            self._poll(replies)
+
+    def _caught_up(self) -> bool:
+        return all(self._consumer.position(tp) >= end for tp, end in self._ends.items())
+
+    def _poll(self, replies: ReplyBatch) -> None:
+        wanted = set(replies.missing)
+        for records in self._consumer.poll(timeout_ms=200).values():
+            for record in records:
+                try:
+                    result = TranslationResult.from_json(record.value)
+                except ValidationError:
+                    log.warning("skipping malformed result at %s", record.offset)
+                    continue
+                if result.request_id in wanted:  # the first result of an id wins
+                    replies.results[result.request_id] = result
+                    wanted.discard(result.request_id)
+
+
+def fetch_results(
+    settings: KafkaSettings, request_ids: Sequence[str], since_ms: int, wait_s: float = 0.0,
+    topic: str = RESULTS_TOPIC,
+) -> ReplyBatch:
+    """The first result of each id written to ``topic`` at or after ``since_ms`` (epoch ms).
+
+    Reads up to the end offsets the topic had when the call started, then
+    ``wait_s`` seconds longer for ids still missing (see :meth:`ResultListener.scan`).
+    """
+    replies = ReplyBatch(request_ids=list(request_ids))
+    with ResultListener(settings, [topic], since_ms=since_ms) as listener:
+        listener.scan(replies, wait_s)
+    return replies

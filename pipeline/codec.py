@@ -88,7 +88,7 @@ def dead_letter(
     )
 
 
-def _describe(exc: ValidationError) -> str:
+def describe_validation(exc: ValidationError) -> str:
     """One line per problem: ``field: message``."""
     parts = []
     for err in exc.errors(include_url=False):
@@ -145,7 +145,7 @@ def decode_request(
     try:
         request = TranslationRequest.model_validate_json(text)
     except ValidationError as exc:
-        return reject("invalid", _describe(exc))
+        return reject("invalid", describe_validation(exc))
     violation = check_limits(request, limits)
     if violation:
         return reject("limit_exceeded", violation)

@@ -15,7 +15,8 @@ import time
 import numpy as np
 
 from pipeline.client import ReplyBatch, TranslationClient, build_requests
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.local_worker import DEMO_PAIR, WorkerNotReady, WorkerProcess
+from pipeline.messages import TranslationResult
 from pipeline.pairs import Pair
 from pipeline.settings import load_settings
 
@@ -39,7 +40,12 @@ def main() -> int:
     texts = SAMPLES + [rng.choice(SAMPLES) for _ in range(24)]
     log_path = settings.stack.home / "log" / "demo-worker.log"
     print(f"starting a worker (log: {log_path}) ...", flush=True)
-    with WorkerProcess(settings, log_path=log_path), TranslationClient(settings.kafka) as client:
+    try:
+        worker = WorkerProcess(settings, log_path=log_path).start()
+    except WorkerNotReady as exc:
+        print(f"demo: {exc}", file=sys.stderr)
+        return 1
+    with worker, TranslationClient(settings.kafka) as client:
         # The distinct samples (the model translates them) and their round trip,
         # then, a little later, the repeats (answered by the dedup window and
         # caches). The later traffic also moves the SLA job's event-time
@@ -57,17 +63,15 @@ def main() -> int:
 
     print("\n== en -> en-XA (first pass, then repeats) ==")
     for text, result in zip(texts, forward.ordered, strict=True):
-        shown = result.translation if result and result.status == "ok" else result
-        cache = result.cache if result else "-"
-        print(f"[{cache:>6}] {text}\n         -> {shown}")
+        print(f"[{_label(result):>7}] {text}\n          -> {_outcome(result)}")
     print("\n== en-XA -> en (round trip) ==")
     for text, result in zip(back_texts, back.ordered, strict=True):
-        print(f"{text}\n  -> {result.translation if result else None}")
+        print(f"{text}\n  -> {_outcome(result)}")
 
     results = [r for r in [*forward.ordered, *back.ordered] if r is not None]
     latencies = np.array([r.latency_ms for r in results], dtype=float)
     statuses = collections.Counter(r.status for r in results)
-    caches = collections.Counter(r.cache or "-" for r in results)
+    caches = collections.Counter(r.cache or "-" for r in results if r.status == "ok")
     missing = len(forward.missing) + len(back.missing)
     print("\n== summary ==")
     print(f"requests: {len(texts) + len(back_texts)}  results: {len(results)}  "
@@ -77,7 +81,25 @@ def main() -> int:
     if len(latencies):
         p50, p95 = np.percentile(latencies, [50, 95])
         print(f"latency: P50 {p50:.0f} ms  P95 {p95:.0f} ms")
-    return 0 if forward.all_ok and back.all_ok else 1
+    if not (forward.all_ok and back.all_ok):
+        print("demo: not every request ended ok (see above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _label(result: TranslationResult | None) -> str:
+    """The cache level that answered, or what went wrong instead."""
+    if result is None:
+        return "missing"
+    return (result.cache or "-") if result.status == "ok" else result.status
+
+
+def _outcome(result: TranslationResult | None) -> str:
+    if result is None:
+        return "(no result in time)"
+    if result.status == "ok":
+        return result.translation or ""
+    return f"{result.status.upper()}: {result.error or result.reason or 'no detail'}"
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.pairs import Pair
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 # End of input in every engine: Python's `$` also matches before a trailing
 # newline, ECMA-262's (JSON Schema) does not, so spell it as a lookahead.

@@ -21,8 +21,8 @@ from prometheus_client import (
     start_http_server,
 )
 
-from pipeline.chain import BatchStats
 from pipeline.messages import TranslationResult
+from pipeline.steps.base import BatchStats
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -85,16 +85,33 @@ ENGINE_TOKENS_PER_SECOND = Gauge(
     ["pair"],
     registry=REGISTRY,
 )
-CONSUMER_LAG = Gauge(
-    "babelstream_consumer_lag",
-    "Records behind the end of each assigned partition (highwater - committed offset), "
-    "sampled periodically.",
-    ["topic", "partition"],
+COMMITTED_LAG = Gauge(
+    "babelstream_consumer_committed_lag",
+    "Records of each assigned input partition not yet committed by the worker's group "
+    "(log end - committed offset, read from the brokers), sampled periodically. A value "
+    "that grows while the worker is busy means a stalled commit.",
+    ["group", "topic", "partition"],
+    registry=REGISTRY,
+)
+WORKER_READY = Gauge(
+    "babelstream_worker_ready",
+    "1 while the worker serves (joined, partitions assigned, tables recovered), else 0.",
+    registry=REGISTRY,
+)
+BATCH_RETRIES = Counter(
+    "babelstream_batch_retries",
+    "Micro-batch attempts that failed transiently and were retried (nothing committed).",
+    ["pair"],
     registry=REGISTRY,
 )
 CACHE_ERRORS = Counter(
     "babelstream_cache_errors",
     "Failed Redis (L2 cache) operations; requests keep being served from L1.",
+    registry=REGISTRY,
+)
+CACHE_CORRUPT = Counter(
+    "babelstream_cache_corrupt_entries",
+    "L2 cache entries that could not be read (treated as misses).",
     registry=REGISTRY,
 )
 
@@ -109,8 +126,11 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_engine_tokens_total",
     "babelstream_engine_seconds_total",
     "babelstream_engine_tokens_per_second",
-    "babelstream_consumer_lag",
+    "babelstream_consumer_committed_lag",
+    "babelstream_worker_ready",
+    "babelstream_batch_retries_total",
     "babelstream_cache_errors_total",
+    "babelstream_cache_corrupt_entries_total",
 )
 
 
@@ -118,6 +138,8 @@ def record_batch(pair: str, stats: BatchStats, results: Iterable[TranslationResu
                  duration_s: float) -> None:
     """Count one processed micro-batch and its results."""
     BATCH_SIZE.labels(pair).observe(stats.size)
+    if stats.attempts > 1:
+        BATCH_RETRIES.labels(pair).inc(stats.attempts - 1)
     BATCH_DURATION.labels(pair).observe(duration_s)
     for size in stats.engine_batches:
         ENGINE_BATCH_SIZE.labels(pair).observe(size)
@@ -139,23 +161,28 @@ def record_route(kind: str) -> None:
     ROUTED.labels(kind).inc()
 
 
-def set_consumer_lag(lag: Mapping[tuple[str, int], int]) -> None:
-    """Replace the lag gauges with a fresh sample ((topic, partition) -> records)."""
-    CONSUMER_LAG.clear()
+def set_committed_lag(group: str, lag: Mapping[tuple[str, int], int]) -> None:
+    """Replace the committed-lag gauges with a fresh sample ((topic, partition) -> records)."""
+    COMMITTED_LAG.clear()
     for (topic, partition), value in lag.items():
-        CONSUMER_LAG.labels(topic, str(partition)).set(max(0, value))
+        COMMITTED_LAG.labels(group, topic, str(partition)).set(max(0, value))
 
 
-class CacheErrorTracker:
-    """Turns a cache's running error total (``RedisCache.errors``) into counter increments."""
+def set_worker_ready(ready: bool) -> None:
+    WORKER_READY.set(1 if ready else 0)
 
-    def __init__(self) -> None:
+
+class TotalTracker:
+    """Turns a running total kept elsewhere (``RedisCache.errors``) into counter increments."""
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
         self._seen = 0
 
     def update(self, total: int) -> None:
         """Add what ``total`` grew by since the last call."""
         if total > self._seen:
-            CACHE_ERRORS.inc(total - self._seen)
+            self._counter.inc(total - self._seen)
         self._seen = max(self._seen, total)
 
 

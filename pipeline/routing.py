@@ -1,40 +1,40 @@
-"""Router step: one raw ingress record in, exactly one outgoing record out.
+"""Router step: one raw ingress record in, the records to produce out.
 
 Valid requests go to their pair's work topic (interactive or bulk) keyed by
 content digest, so identical texts meet on one partition; invalid input goes
-to the dead-letter topic; requests for a pair no model serves get an
+to the dead-letter topic, and when it carries a usable ``request_id`` its
+sender also gets an ``error`` result naming the reason, so nobody waits for
+a result that will never come; requests for a pair no model serves get an
 ``error`` result at once. Pure logic: the Faust agent only moves bytes.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from pipeline.codec import RecordRef, Rejected, decode_request
 from pipeline.digest import content_digest
 from pipeline.messages import (
-    UNSUPPORTED_PAIR_REASON,
+    DeadLetter,
     Headers,
     TranslationRequest,
     TranslationResult,
+    now_ms,
 )
 from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC, bulk_topic, pair_topic
 from pipeline.settings import LimitSettings
+from pipeline.steps.base import Outgoing
 
-RouteKind = Literal["routed", "dead_letter", "unsupported"]
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A record to produce."""
-
-    kind: RouteKind
-    topic: str
-    key: bytes | None
-    value: bytes
-    headers: Headers
+# Outgoing kinds: routed (to a work topic), dead_letter (to the DLQ), rejected (the error
+# result that tells a dead letter's sender), unsupported (the error result for a pair no
+# model serves)
+# BCP-47 "undetermined": the language of a rejected request whose tag is unusable
+UNDETERMINED = "und"
 
 
 def request_digest(request: TranslationRequest, model_id: str) -> str:
@@ -68,11 +68,22 @@ class Router:
 
     def route(
         self, key: bytes | None, value: bytes | None, ref: RecordRef, headers: Headers
-    ) -> Outgoing:
+    ) -> list[Outgoing]:
+        """The records to produce for one ingress record, in order: exactly one, or a dead
+        letter followed by the ``rejected`` error result for its sender."""
         decoded = decode_request(key, value, ref, self._limits)
         if isinstance(decoded, Rejected):
-            return Outgoing("dead_letter", DLQ_TOPIC, key, decoded.dead_letter.to_json(), headers)
-        request = decoded.request
+            letter = decoded.dead_letter
+            out = [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "dead_letter")]
+            reply = rejection_result(value, letter, self._worker)
+            if reply is not None:
+                topic, result = reply
+                out.append(Outgoing(topic, result.request_id.encode(), result.to_json(),
+                                    headers, "rejected"))
+            return out
+        return [self._accepted(decoded.request, headers)]
+
+    def _accepted(self, request: TranslationRequest, headers: Headers) -> Outgoing:
         model_id = self._served.get(request.pair.id)
         if model_id is None:
             served = ", ".join(sorted(self._served)) or "none"
@@ -80,16 +91,69 @@ class Router:
                 request,
                 status="error",
                 error=f"no model serves pair {request.pair.id} (served: {served})",
-                # the SLA job counts these in one "unsupported" series, not one per typo
-                reason=UNSUPPORTED_PAIR_REASON,
+                reason="unsupported_pair",
                 worker=self._worker,
             )
             return Outgoing(
-                "unsupported", result_topic(request), request.request_id.encode(),
-                result.to_json(), headers,
+                result_topic(request), request.request_id.encode(), result.to_json(), headers,
+                "unsupported",
             )
         if request.timeout_ms is None:
             request = request.model_copy(update={"timeout_ms": self._limits.default_timeout_ms})
         topic = bulk_topic(request.pair) if request.is_bulk else pair_topic(request.pair)
         digest = request_digest(request, model_id)
-        return Outgoing("routed", topic, digest.encode(), request.to_json(), headers)
+        return Outgoing(topic, digest.encode(), request.to_json(), headers, "routed")
+
+
+@functools.cache
+def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
+    # the messages' regexes need Python's engine (look-ahead), as in pipeline.messages
+    return TypeAdapter(model.model_fields[name].rebuild_annotation(),
+                       config=ConfigDict(regex_engine="python-re"))
+
+
+def _field(document: dict[str, Any], model: type[BaseModel], name: str) -> Any:
+    """``document[name]`` when it is valid for ``model``'s field of that name, else None."""
+    value = document.get(name)
+    if value is None:
+        return None
+    try:
+        return _field_adapter(model, name).validate_python(value, strict=True)
+    except ValidationError:
+        return None
+
+
+def rejection_result(
+    value: bytes | None, letter: DeadLetter, worker: str
+) -> tuple[str, TranslationResult] | None:
+    """(topic, ``error`` result) telling the sender of a dead-lettered request why, or None
+    when the record has no usable ``request_id`` (not JSON, not an object, or no valid id).
+
+    Fields that are themselves invalid are left out or replaced: a language tag
+    by ``und``, ``submitted_at`` by now; ``reply_to`` is honoured when valid.
+    """
+    try:
+        document = json.loads(value or b"")
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    def valid(name: str, model: type[BaseModel] = TranslationResult) -> Any:
+        return _field(document, model, name)
+
+    request_id = valid("request_id")
+    if request_id is None:
+        return None
+    source = valid("source_lang") or UNDETERMINED
+    target = valid("target_lang") or UNDETERMINED
+    done = now_ms()
+    submitted = valid("submitted_at")
+    submitted = submitted if submitted is not None and submitted <= done else done
+    result = TranslationResult(
+        request_id=request_id, source_lang=source,
+        target_lang=target, pair=f"{source}_{target}", status="error",
+        error=letter.error, reason=letter.reason, submitted_at=submitted, completed_at=done,
+        latency_ms=done - submitted, worker=worker,
+        **{name: valid(name) for name in ("tenant", "job_id", "doc_id", "segment_index")},
+    )
+    return valid("reply_to", TranslationRequest) or RESULTS_TOPIC, result

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 import itertools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 INTERACTIVE = 0
 BULK = 1
@@ -27,13 +30,39 @@ class PriorityGate:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
-    @asynccontextmanager
-    async def hold(self, priority: int) -> AsyncIterator[None]:
-        await self._acquire(priority)
+    async def run(self, priority: int, work: Awaitable[T]) -> T:
+        """Run ``work`` (an engine call) while holding the gate.
+
+        The engine call runs in an executor thread, which cancelling the
+        awaiting task does not stop. So when the caller is cancelled (a
+        rebalance, a stop), the gate stays held until the call has really
+        returned: the next engine call never overlaps a running one.
+        """
         try:
-            yield
-        finally:
+            await self._acquire(priority)
+        except asyncio.CancelledError:
+            if inspect.iscoroutine(work):
+                work.close()  # never started: nothing runs, nothing to wait for
+            raise
+        task = asyncio.ensure_future(work)
+        try:
+            result = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                self._release()
+            else:
+                task.add_done_callback(self._release_after)
+            raise
+        except BaseException:
             self._release()
+            raise
+        self._release()
+        return result
+
+    def _release_after(self, task: asyncio.Future[Any]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved, so asyncio does not log it as never retrieved
+        self._release()
 
     async def _acquire(self, priority: int) -> None:
         if not self._busy and not self._waiters:

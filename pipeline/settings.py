@@ -8,11 +8,22 @@ edge reads the environment.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,10 +31,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pipeline.errors import ContractError
+from pipeline.errors import ConfigError, ContractError
 from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
 
 
 class _Section(BaseModel):
@@ -43,11 +58,49 @@ class KafkaSettings(_Section):
     sla_partitions: int = Field(1, ge=1)
     request_timeout_ms: int = Field(30_000, ge=1000)
     client_id: str = "babelstream"
+    # how long a command waits for a TCP connection to a broker (or a spark:// master)
+    # before it says the service is not reachable, instead of a client's long timeout
+    connect_timeout_s: float = Field(3.0, gt=0)
+    # Security (pipeline/kafka_clients.py applies it to every client). SASL_SSL with
+    # SCRAM-SHA-512 is what `babelstream up --secure` serves; SSL alone authenticates
+    # with a client certificate (ssl_certfile) when the listener asks for one.
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # PEM files: the CA that signed the brokers' certificates; the client's
+    # certificate chain (may hold its private key too: Spark needs them in one file)
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
     # worker heartbeats (translate.ticks) and late results (translate.sla.late)
     ticks_partitions: int = Field(1, ge=1)
     sla_late_partitions: int = Field(1, ge=1)
     # heartbeats are worth only their latest values
     ticks_retention_ms: int = Field(3_600_000, ge=60_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"min_insync_replicas ({self.min_insync_replicas}) exceeds "
+                f"replication_factor ({self.replication_factor}): no write could succeed"
+            )
+        if self.security_protocol.startswith("SASL_") and not (
+            self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(f"security_protocol {self.security_protocol} needs "
+                             "sasl_username and sasl_password")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile is set without ssl_certfile")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when connections are encrypted (SSL or SASL_SSL)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
 
 class RedisSettings(_Section):
@@ -57,6 +110,25 @@ class RedisSettings(_Section):
     cache_version: int = 1
     ttl_s: int = Field(7 * 24 * 3600, ge=1)
     socket_timeout_s: float = Field(0.5, gt=0)
+    # ACL user (None: the default user, i.e. plain `requirepass` when password is set)
+    username: str | None = None
+    # TLS is switched on by the URL scheme (rediss://); these are PEM files
+    ssl_ca_certs: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> RedisSettings:
+        tls_files = (self.ssl_ca_certs, self.ssl_certfile, self.ssl_keyfile)
+        if any(tls_files) and not self.uses_tls:
+            raise ValueError("Redis TLS files are set but the URL is not rediss://")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        """True for a ``rediss://`` URL."""
+        return self.url.startswith("rediss://")
 
 
 class StackSettings(_Section):
@@ -72,6 +144,34 @@ class StackSettings(_Section):
     pairs: tuple[str, ...] = ("en_en-XA", "en-XA_en")
     start_timeout_s: float = Field(120.0, gt=0)
     stop_timeout_s: float = Field(30.0, gt=0)
+    # `babelstream status`: how long each HTTP probe (worker readiness, dashboard) may take
+    probe_timeout_s: float = Field(1.0, gt=0)
+    # Kafka nodes (combined broker + controller each); 3 gives a cluster that
+    # survives one node (needs kafka.replication_factor 3, min_insync_replicas 2)
+    brokers: int = Field(1, ge=1, le=9)
+    # node i (from 0) listens on <base port> + i * node_port_step
+    node_port_step: int = Field(10, ge=1)
+    # secure mode: mutual-TLS listener (inter-broker traffic, SSL clients); the
+    # client port (kafka_port) then speaks SASL_SSL, Redis speaks TLS on redis_port
+    kafka_ssl_port: int = 9094
+    secure: bool = False
+    # None: <home>/jars (a temporary stack home can share the fetched jars)
+    jars_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> StackSettings:
+        ports = [self.redis_port]
+        for node in range(self.brokers):
+            offset = node * self.node_port_step
+            ports += [self.kafka_port + offset, self.kafka_controller_port + offset]
+            if self.secure:
+                ports.append(self.kafka_ssl_port + offset)
+        taken = sorted({p for p in ports if ports.count(p) > 1})
+        if taken:
+            raise ValueError(f"stack ports collide ({', '.join(map(str, taken))}): set "
+                             "kafka_port, kafka_controller_port, kafka_ssl_port, "
+                             "node_port_step and redis_port apart")
+        return self
 
 
 class LimitSettings(_Section):
@@ -107,9 +207,31 @@ class WorkerSettings(_Section):
     bulk_token_budget: int = Field(1024, ge=1)
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
-    concurrency: int = Field(1, ge=1)
-    web_port: int = 6066
+    # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
+    web_port: int = Field(6066, ge=0, le=65535)
+    web_host: str = "127.0.0.1"
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
+    # Static membership (KIP-345): a replica restarted within the session timeout
+    # gets its partitions back without a rebalance. Each live replica needs its
+    # own stable id (a StatefulSet pod name); default: <hostname>-<web port>.
+    static_membership: bool = True
+    instance_id: str | None = None
+    # How long the group waits for a silent member before moving its partitions
+    # (the failover time after a crash); heartbeats go out every third of it.
+    session_timeout_s: float = Field(10.0, ge=6.0, le=300.0)
+    # offsets of finished batches are committed at most this often
+    commit_interval_s: float = Field(0.5, gt=0)
+    # a produced record not acknowledged within this is a transient fault
+    produce_timeout_s: float = Field(30.0, gt=0)
+    # transient faults: backoff between attempts of a batch, and for how long in all
+    # before the worker exits non-zero (nothing committed, so nothing is lost)
+    retry_initial_s: float = Field(0.5, gt=0)
+    retry_max_s: float = Field(15.0, gt=0)
+    retry_budget_s: float = Field(300.0, gt=0)
+    # at start: how long to wait for the brokers, then for every topic to be visible
+    broker_wait_s: float = Field(120.0, ge=0)
+    # SIGTERM: finish the running batch, publish, commit and exit within this bound
+    stop_timeout_s: float = Field(30.0, gt=0)
     # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
     # job's windows close while a pair is quiet; 0 disables it
     tick_interval_s: float = Field(5.0, ge=0)
@@ -255,7 +377,7 @@ class ObservabilitySettings(_Section):
     """
 
     service_name: str = "babelstream"
-    # print finished spans to stdout (debugging)
+    # print finished spans to stderr (debugging)
     console_exporter: bool = False
     # append finished spans as JSON lines to this file (tests, debugging)
     span_file: Path | None = None
@@ -339,3 +461,66 @@ class Settings(BaseSettings):
 def load_settings(**overrides: Any) -> Settings:
     """Build settings from env / config file, with explicit overrides on top."""
     return Settings(**overrides)
+
+
+ENV_PREFIX = "BABELSTREAM_"
+CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
+
+
+def _setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
+    """(variable name, ``section.field``, field info) of every setting."""
+    for section, info in Settings.model_fields.items():
+        model = info.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)
+        for name, field in model.model_fields.items():
+            yield f"{ENV_PREFIX}{section}__{name}".upper(), f"{section}.{name}", field
+
+
+def setting_variables() -> dict[str, str]:
+    """Every ``BABELSTREAM_<SECTION>__<FIELD>`` variable name -> its setting (``section.field``)."""
+    return {variable: setting for variable, setting, _ in _setting_fields()}
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse a ``BABELSTREAM_*`` variable that names no setting, naming the closest one.
+
+    Without this a misspelled section is silently ignored and a misspelled
+    field fails with a pydantic dump.
+    """
+    valid = setting_variables().keys() | {CONFIG_VARIABLE}
+    sections = {f"{ENV_PREFIX}{section}".upper() for section in Settings.model_fields}
+    # dict settings take their keys as further levels (..._SLA__THRESHOLDS_MS__en_de=2000)
+    dicts = tuple(f"{variable}__" for variable, _, field in _setting_fields()
+                  if get_origin(field.annotation) is dict)
+    for name in sorted(environ):
+        upper = name.upper()
+        if (not upper.startswith(ENV_PREFIX) or upper in valid or upper in sections
+                or upper.startswith(dicts)):
+            continue
+        close = difflib.get_close_matches(upper, sorted(valid), n=1, cutoff=0.6)
+        hint = (f"did you mean {close[0]}?" if close
+                else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (README: Configuration)")
+        raise ConfigError(f"unknown setting {name}; {hint}")
+
+
+def describe_settings_error(exc: ValidationError) -> str:
+    """The problems of invalid settings on one line, each named by its variable."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        variable = ENV_PREFIX + "__".join(str(p) for p in err["loc"][:2]).upper()
+        value = err.get("input")
+        shown = f"={value}" if isinstance(value, str | int | float) else ""
+        problem = "no such setting" if err["type"] == "extra_forbidden" else err["msg"]
+        parts.append(f"{variable}{shown}: {problem}")
+    return "; ".join(parts)
+
+
+def settings_from_environment() -> Settings:
+    """Settings for the command line; unknown or invalid settings raise a one-line ConfigError."""
+    check_environment(os.environ)
+    try:
+        return load_settings()
+    except ValidationError as exc:
+        from_file = CONFIG_VARIABLE in os.environ
+        source = f" (environment or {CONFIG_VARIABLE} file)" if from_file else ""
+        raise ConfigError(f"invalid settings{source}: {describe_settings_error(exc)}") from exc

@@ -66,6 +66,26 @@ def parse_duration(text: str) -> float:
     return float(match["number"]) * _UNIT_SECONDS[match["unit"] or "s"]
 
 
+def parse_instant(text: str, now: int) -> int:
+    """Epoch ms of ``text``: ``now``, ``now-<duration>``, digits (epoch ms) or ISO 8601."""
+    text = text.strip()
+    if text == "now":
+        return now
+    if text.startswith("now-"):
+        return now - round(parse_duration(text[4:]) * 1000)
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d"
+                          ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+
 def spark_interval(seconds: float) -> str:
     """A Spark interval string with millisecond precision (``5000 milliseconds``)."""
     ms = round(seconds * 1000)
@@ -396,6 +416,8 @@ class ProgressTracker:
 
     idle_s: float | None = None
     clock: Callable[[], float] = time.monotonic
+    # called with the input rows of each new micro-batch that had some (progress bars)
+    on_input: Callable[[int], object] | None = None
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
     _last_input: float | None = field(default=None, init=False, repr=False)
@@ -418,6 +440,8 @@ class ProgressTracker:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))
                 self.input_batches.append(BatchStat(key[0], rows, ms))
                 self._last_input = self.clock()
+                if self.on_input is not None:
+                    self.on_input(rows)
         return new
 
     def idle(self) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -245,7 +246,8 @@ def _configured_exporters(settings: ObservabilitySettings) -> list[SpanExporter]
         exporters.append(OTLPSpanExporter())
         log.info("exporting traces over OTLP/HTTP")
     if settings.console_exporter:
-        exporters.append(ConsoleSpanExporter())
+        # stderr: spans must not mix into a command's output (`submit` prints request ids)
+        exporters.append(ConsoleSpanExporter(out=sys.stderr))
     if settings.span_file is not None:
         exporters.append(JsonLinesSpanExporter(settings.span_file))
     return exporters

@@ -1,54 +1,50 @@
 """The Faust application: a router agent plus translation agents per served pair.
 
-Faust is only the shell here: it consumes, hands decoded requests to the
-pure steps in ``pipeline/`` (router, translation chain) and produces what
-they return. Offsets are committed after a batch's results are handed to the
-producer, and Faust flushes the producer before every commit: at-least-once.
+Faust is the shell: it runs the consumer group, takes micro-batches and serves
+the web pages. Each agent hands its batch to a :class:`WorkerShell`, which
+admits the records through the offset book (in order, none skipped), runs
+them through the agent's steps (``pipeline/steps/``: composed in
+:func:`translation_steps` and :func:`routing_steps`), and marks them done
+once every output is acknowledged by the broker; only then can their offsets
+be committed. Faust's own acking is off for the topics we consume.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import faust
-from faust.types import EventT, StreamT
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from faust.types import TP as FaustTP
+from faust.types import StreamT
 
 from pipeline import metrics
 from pipeline.cache import TwoLevelCache
-from pipeline.chain import EngineRunner, TranslationChain, WorkItem
-from pipeline.codec import Accepted, RecordRef, decode_request
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
-from pipeline.messages import Headers, TranslationResult
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
-from pipeline.routing import Router, request_digest, result_topic
+from pipeline.offsets import TopicPartition
+from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
+from pipeline.routing import Router
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import Settings
-from pipeline.tracing import (
-    SPAN_BATCH,
-    SPAN_ROUTE,
-    SPAN_TRANSLATE,
-    extract_context,
-    inject_headers,
-    links_for,
-    span_context_of,
-    start_consumer_span,
-    tracer,
-)
+from pipeline.steps.base import Batch, RetryBudgetExhausted
+from pipeline.steps.chains import routing_steps, translation_steps
+from pipeline.steps.engine import EngineRunner
+from pipeline.steps.publish import Producer
+from pipeline.steps.runner import BatchRunner, RetryPolicy
 from workers.dedup import FaustDedupWindow
+from workers.faust_adapter import assigned_partitions, micro_batches, record_of, tp_of
+from workers.offsets import OffsetKeeper
+from workers.producer import FaustProducer
 from workers.stats import WorkerStats
 
 log = logging.getLogger(__name__)
-
-Send = Callable[[str, bytes | None, bytes, Headers], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -72,10 +68,110 @@ class WorkerContext:
     stats: WorkerStats = field(default_factory=WorkerStats)
 
 
-def _headers(event: EventT) -> Headers:
-    raw = event.headers or {}
-    items = raw.items() if isinstance(raw, Mapping) else raw
-    return [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in items]
+class WorkerShell:
+    """What every agent does with a fetched micro-batch, and the worker's lifecycle state."""
+
+    def __init__(self, app: faust.App, ctx: WorkerContext, offsets: OffsetKeeper) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.offsets = offsets
+        self.draining = False
+        self.exit_code = 0
+        self.joined = False
+        # set by the process that runs the worker: stop the worker (drain first)
+        self.request_stop: Callable[[], None] = lambda: None
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._never = asyncio.Event()
+        # the topics the agents consume (not Faust's changelog or leader topics)
+        self.sources: set[str] = set()
+
+    def input_partitions(self) -> list[TopicPartition]:
+        """Assigned partitions of the topics the agents consume."""
+        return sorted(tp for tp in assigned_partitions(self.app) if tp.topic in self.sources)
+
+    async def handle(self, events: Sequence[Any], runner: BatchRunner,
+                     window: FaustDedupWindow | None = None) -> None:
+        """Admit, process, publish and mark done one micro-batch of one agent."""
+        if self.draining:
+            await self._never.wait()  # stopping: take nothing more, commit nothing more
+        admitted, tickets = await self.offsets.admit(events)
+        if not admitted:
+            return
+        if window is not None:
+            window.bind(admitted)
+        tps = {tp_of(e) for e in admitted}
+        paused: set[FaustTP] = set()
+
+        async def pause_while_retrying(_exc: BaseException, _sleep: float) -> None:
+            # Backpressure: fetch nothing more for these partitions until the batch is through.
+            paused.update(FaustTP(tp.topic, tp.partition) for tp in tps)
+            self.app.consumer.pause_partitions(paused)
+
+        self._enter()
+        try:
+            await runner.run([record_of(e) for e in admitted], on_retry=pause_while_retrying)
+        except RetryBudgetExhausted as exc:
+            await self._fatal(exc)
+        finally:
+            self._leave()
+            if paused and not self.app.rebalancing:
+                self.app.consumer.resume_partitions(paused)
+        self.offsets.done(tickets)
+
+    @property
+    def idle(self) -> bool:
+        """No batch is being processed right now."""
+        return self._busy == 0
+
+    def _enter(self) -> None:
+        self._busy += 1
+        self._idle.clear()
+
+    def _leave(self) -> None:
+        self._busy -= 1
+        if not self._busy:
+            self._idle.set()
+
+    async def _fatal(self, exc: RetryBudgetExhausted) -> None:
+        log.critical("giving up: %s; exiting so the group moves these partitions to a "
+                     "healthy worker (nothing was committed past them)", exc)
+        self.exit_code = exc.exit_code
+        self.request_stop()
+        await self._never.wait()
+
+    async def drain(self) -> None:
+        """Stop taking batches, let the running ones finish, commit them; bounded."""
+        self.draining = True
+        bound = self.ctx.settings.worker.stop_timeout_s / 2
+        try:
+            await asyncio.wait_for(self._idle.wait(), bound)
+        except TimeoutError:
+            log.warning("stopping with %d batches unfinished after %.0fs: they are not "
+                        "committed and will be processed again", self._busy, bound)
+        await self.offsets.commit()
+        log.info("drained: finished batches committed")
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, details) for the readiness page and the ready gauge."""
+        reason = (
+            "stopping" if self.draining
+            else "joining the group" if not self.joined
+            else "rebalancing" if self.app.rebalancing
+            else "recovering tables" if not self.app.tables.actives_ready
+            else None
+        )
+        details: dict[str, Any] = {"ready": reason is None, "worker": self.ctx.worker_name,
+                                   "group": self.app.conf.id}
+        if reason is not None:
+            details["reason"] = reason
+            return False, details
+        assigned: dict[str, list[int]] = {}
+        for tp in self.input_partitions():
+            assigned.setdefault(tp.topic, []).append(tp.partition)
+        details["assigned"] = assigned
+        return True, details
 
 
 def create_app(
@@ -85,16 +181,17 @@ def create_app(
     *,
     app_id: str = "babelstream",
     with_router: bool = True,
-) -> faust.App:
-    """Build the Faust app.
+    instance_id: str | None = None,
+    web_port: int | None = None,
+) -> tuple[faust.App, WorkerShell]:
+    """Build the Faust app and its shell.
 
     ``deployment_models`` maps every pair of the deployment to its model id
     (the router forwards pairs that other worker groups serve); ``served``
     are the pairs this process translates.
     """
     s = ctx.settings
-    datadir = s.worker.data_dir / app_id
-    datadir.parent.mkdir(parents=True, exist_ok=True)
+    w = s.worker
     app = faust.App(
         app_id,
         broker=[f"kafka://{hp}" for hp in s.kafka.bootstrap_servers.split(",")],
@@ -102,219 +199,161 @@ def create_app(
         key_serializer="raw",
         value_serializer="raw",
         topic_partitions=s.kafka.pair_partitions,
-        topic_replication_factor=1,
+        topic_replication_factor=s.kafka.replication_factor,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
-        datadir=str(datadir),
-        web_port=s.worker.web_port,
-        web_host="127.0.0.1",
+        consumer_group_instance_id=instance_id,
+        broker_session_timeout=w.session_timeout_s,
+        broker_heartbeat_interval=w.session_timeout_s / 3,
+        datadir=str(w.data_dir / app_id / (instance_id or "dynamic")),
+        web_port=w.web_port if web_port is None else web_port,
+        web_bind=w.web_host,
+        web_host=w.web_host,
         web_enabled=True,
-        broker_commit_interval=1.0,
     )
-    topics: dict[str, faust.TopicT] = {}
+    offsets = OffsetKeeper(app, s.kafka, app_id, w.commit_interval_s)
+    shell = WorkerShell(app, ctx, offsets)
+    producer = FaustProducer(app, w.produce_timeout_s)
+    policy = RetryPolicy(w.retry_initial_s, w.retry_max_s, w.retry_budget_s)
 
-    def topic(name: str) -> faust.TopicT:
-        if name not in topics:
-            topics[name] = app.topic(name, key_type=bytes, value_type=bytes)
-        return topics[name]
-
-    async def send(name: str, key: bytes | None, value: bytes, headers: Headers) -> None:
-        await topic(name).send(key=key, value=value, headers=headers)
+    def source(name: str) -> faust.TopicT:
+        # acks off: offsets are committed by the shell's offset book, not by Faust
+        shell.sources.add(name)
+        return app.topic(name, key_type=bytes, value_type=bytes, acks=False)
 
     if with_router:
         router = Router(deployment_models, s.limits, worker=ctx.worker_name)
+        runner = BatchRunner(
+            routing_steps(router=router, producer=producer, totals=ctx.stats),
+            functools.partial(Batch.of, pair=None, model_id="", worker=ctx.worker_name),
+            policy, name="router",
+        )
 
-        async def route(stream: StreamT) -> None:
-            async for event in stream.events():
-                msg = event.message
-                span = start_consumer_span(SPAN_ROUTE, _headers(event), {
-                    "messaging.system": "kafka",
-                    "messaging.source.name": msg.topic,
-                    "messaging.kafka.source.partition": msg.partition,
-                    "messaging.kafka.message.offset": msg.offset,
-                })
-                with trace.use_span(span, end_on_exit=True):
-                    out = router.route(
-                        msg.key, msg.value, RecordRef(msg.topic, msg.partition, msg.offset),
-                        _headers(event),
-                    )
-                    span.set_attribute("babelstream.route", out.kind)
-                    span.set_attribute("messaging.destination.name", out.topic)
-                    ctx.stats.routed(out.kind)
-                    metrics.record_route(out.kind)
-                    # Forward the trace: the next hop is a child of this route span.
-                    await send(out.topic, out.key, out.value, inject_headers(out.headers, span))
+        async def route(stream: StreamT[Any]) -> None:
+            async for events in micro_batches(stream, w.max_messages, w.max_wait_s):
+                await shell.handle(events, runner)
 
-        app.agent(topic(REQUESTS_TOPIC), name="router", concurrency=s.worker.concurrency)(route)
+        app.agent(source(REQUESTS_TOPIC), name="router", concurrency=1)(route)
 
     for entry in served:
-        _add_pair_agents(app, ctx, entry, topic, send)
+        _add_pair_agents(app, shell, entry, source, producer, policy)
 
-    cache_errors = metrics.CacheErrorTracker()
-
-    @app.timer(interval=s.observability.sample_interval_s)
-    async def sample_metrics() -> None:
-        await _sample_metrics(app, ctx, cache_errors)
-
-    @app.page("/babelstream/stats")
-    async def stats_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        return web.json(ctx.stats.snapshot())
-
-    return app
+    _add_lifecycle(app, shell)
+    return app, shell
 
 
 def _add_pair_agents(
-    app: faust.App, ctx: WorkerContext, entry: ServedPair,
-    topic: Callable[[str], faust.TopicT], send: Send,
+    app: faust.App, shell: WorkerShell, entry: ServedPair,
+    source: Callable[[str], faust.TopicT], producer: Producer, policy: RetryPolicy,
 ) -> None:
-    s = ctx.settings
-    window_s = s.worker.dedup_window_s
+    ctx = shell.ctx
+    w = ctx.settings.worker
     table = app.Table(
-        f"dedup-{entry.pair.id}", default=dict, partitions=s.kafka.pair_partitions
-    ).tumbling(window_s, expires=2 * window_s)
-    w = s.worker
+        f"dedup-{entry.pair.id}", default=dict, partitions=ctx.settings.kafka.pair_partitions
+    ).tumbling(w.dedup_window_s, expires=2 * w.dedup_window_s)
     for priority, topic_name, take, budget in (
         (INTERACTIVE, pair_topic(entry.pair), w.max_messages, w.token_budget),
         (BULK, bulk_topic(entry.pair), w.bulk_max_messages, w.bulk_token_budget),
     ):
-        # One adapter per agent: each binds its own batch's events (same table).
-        window = FaustDedupWindow(table, window_s)
-        batcher = TokenBudgetBatcher(token_budget=budget)
-        chain = TranslationChain(
-            pair=entry.pair,
-            engine=EngineRunner(entry.translator, batcher, ctx.gate, priority),
-            model_id=entry.model_id,
-            cache=ctx.cache,
-            window=window,
-            default_timeout_ms=s.limits.default_timeout_ms,
-            worker=ctx.worker_name,
+        # One window adapter per agent: each binds its own batch's events (same table).
+        window = FaustDedupWindow(table, w.dedup_window_s)
+        engine = EngineRunner(entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority)
+        steps = translation_steps(
+            limits=ctx.settings.limits, window=window, cache=ctx.cache, engine=engine,
+            producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
         )
-        app.agent(
-            topic(topic_name), name=f"translate-{topic_name}", concurrency=1
-        )(_translation_agent(ctx, chain, window, send, entry, take))
+        runner = BatchRunner(
+            steps,
+            functools.partial(
+                Batch.of, pair=entry.pair, model_id=entry.model_id, worker=ctx.worker_name
+            ),
+            policy, name=topic_name,
+        )
+        app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(
+            _translation_agent(shell, runner, window, take, w.max_wait_s)
+        )
 
 
 def _translation_agent(
-    ctx: WorkerContext, chain: TranslationChain, window: FaustDedupWindow, send: Send,
-    entry: ServedPair, take: int,
-) -> Callable[[StreamT], Awaitable[None]]:
-    s = ctx.settings
-    model_id = entry.model_id
-    pair_id = entry.pair.id
-
-    async def translate(stream: StreamT) -> None:
-        async for events in stream.take_events(take, within=s.worker.max_wait_s):
-            items: list[WorkItem] = []
-            item_headers: list[Headers] = []
-            by_digest: dict[str, EventT] = {}
-            for event in events:
-                msg = event.message
-                headers = _headers(event)
-                ref = RecordRef(msg.topic, msg.partition, msg.offset)
-                decoded = decode_request(msg.key, msg.value, ref, s.limits)
-                if not isinstance(decoded, Accepted):
-                    # Someone produced straight to a work topic, bypassing the router.
-                    await send(DLQ_TOPIC, msg.key, decoded.dead_letter.to_json(), headers)
-                    continue
-                request = decoded.request
-                item = WorkItem(request, request_digest(request, model_id))
-                items.append(item)
-                item_headers.append(headers)
-                by_digest.setdefault(item.digest, event)
-            if not items:
-                continue
-            window.bind(by_digest)
-            topic_name = events[0].message.topic
-            # One span per micro-batch, in a trace of its own, linked to every request.
-            batch_span = tracer().start_span(
-                SPAN_BATCH, context=Context(), kind=SpanKind.CONSUMER,
-                links=links_for(span_context_of(h) for h in item_headers),
-                attributes={
-                    "messaging.system": "kafka",
-                    "messaging.source.name": topic_name,
-                    "messaging.batch.message_count": len(items),
-                    "babelstream.pair": pair_id,
-                    "babelstream.model": model_id,
-                    "babelstream.compute_type": entry.compute_type,
-                    "babelstream.batch_size": len(items),
-                },
-            )
-            batch_link = [Link(batch_span.get_span_context())]
-            # One span per request, continuing the request's own trace.
-            spans = [
-                tracer().start_span(
-                    SPAN_TRANSLATE, context=extract_context(h), kind=SpanKind.CONSUMER,
-                    links=batch_link,
-                    attributes={"babelstream.request_id": item.request.request_id},
-                )
-                for item, h in zip(items, item_headers, strict=True)
-            ]
-            began = time.perf_counter()
-            with trace.use_span(batch_span, end_on_exit=False):
-                results, stats = await chain.process(items)
-            if stats.failure:
-                batch_span.set_status(Status(StatusCode.ERROR, stats.failure))
-            duration = time.perf_counter() - began
-            ctx.stats.record(stats)
-            metrics.record_batch(pair_id, stats, results, duration)
-            batch_span.set_attribute("babelstream.engine_texts", stats.engine_texts)
-            batch_span.set_attribute("babelstream.timeouts", stats.timeouts)
-            batch_span.set_attribute("babelstream.errors", stats.errors)
-            batch_span.end()
-            for item, result, span, h in zip(items, results, spans, item_headers, strict=True):
-                _finish_translate_span(span, result, entry, len(items))
-                # The result carries the request's trace (this translate span).
-                await send(
-                    result_topic(item.request), result.request_id.encode(), result.to_json(),
-                    inject_headers(h, span),
-                )
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int, wait_s: float
+) -> Callable[[StreamT[Any]], Awaitable[None]]:
+    async def translate(stream: StreamT[Any]) -> None:
+        async for events in micro_batches(stream, take, wait_s):
+            await shell.handle(events, runner, window)
 
     return translate
 
 
-def _finish_translate_span(
-    span: Span, result: TranslationResult, entry: ServedPair, batch_size: int
-) -> None:
-    attributes = {
-        "babelstream.pair": entry.pair.id,
-        "babelstream.model": result.model or entry.model_id,
-        "babelstream.compute_type": entry.compute_type,
-        "babelstream.batch_size": batch_size,
-        "babelstream.engine_batch_size": result.batch_size,
-        "babelstream.input_tokens": result.input_tokens,
-        "babelstream.output_tokens": result.output_tokens,
-        "babelstream.cache": result.cache or "none",
-        "babelstream.status": result.status,
-        "babelstream.latency_ms": result.latency_ms,
-    }
-    span.set_attributes({k: v for k, v in attributes.items() if v is not None})
-    if result.status == "error":
-        span.set_status(Status(StatusCode.ERROR, result.error or "error"))
-    span.end()
+def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
+    """Rebalance hooks, the commit task, readiness and stats pages, metric sampling."""
+    ctx = shell.ctx
+    obs = ctx.settings.observability
+
+    async def on_revoked(_app: Any, revoked: set[FaustTP], **_: Any) -> None:
+        await shell.offsets.on_revoked()
+
+    async def on_assigned(_app: Any, assigned: set[FaustTP], **_: Any) -> None:
+        shell.offsets.on_assigned()
+        if not shell.joined:
+            shell.joined = True
+            log.info("worker %s joined group %s: %d partitions assigned", ctx.worker_name,
+                     app.conf.id, len(assigned))
+
+    # Faust's signals pass the sender, the partitions and the signal itself
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
+
+    @app.task
+    async def commit_offsets() -> None:
+        await shell.offsets.run()
+
+    @app.task
+    async def announce_ready() -> None:
+        while not shell.readiness()[0]:
+            await asyncio.sleep(0.2)
+        details = shell.readiness()[1]
+        log.info("ready: worker %s (group %s) serving %s", ctx.worker_name, app.conf.id,
+                 "; ".join(f"{t} {p}" for t, p in details["assigned"].items()) or
+                 "no partitions yet (more workers than partitions)")
+
+    @app.page("/babelstream/ready")
+    async def ready_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        ready, details = shell.readiness()
+        return web.json(details, status=200 if ready else 503)
+
+    @app.page("/babelstream/stats")
+    async def stats_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
+        return web.json({**ctx.stats.snapshot(), "seeks": shell.offsets.seeks,
+                         "replays_dropped": shell.offsets.replays_dropped})
+
+    cache_errors = metrics.TotalTracker(metrics.CACHE_ERRORS)
+    cache_corrupt = metrics.TotalTracker(metrics.CACHE_CORRUPT)
+
+    @app.timer(interval=shell.offsets.reseek_s)
+    async def check_stalls() -> None:
+        if shell.readiness()[0]:
+            await shell.offsets.check_stalls(shell.input_partitions(), idle=shell.idle)
+
+    @app.timer(interval=obs.sample_interval_s)
+    async def sample_metrics() -> None:
+        metrics.set_worker_ready(shell.readiness()[0])
+        if ctx.cache.l2 is not None:
+            cache_errors.update(ctx.cache.l2.errors)
+            cache_corrupt.update(ctx.cache.l2.corrupt)
+        await _sample_lag(app, shell)
 
 
-async def _sample_metrics(
-    app: faust.App, ctx: WorkerContext, cache_errors: metrics.CacheErrorTracker
-) -> None:
-    """Sample consumer lag (highwater - committed, per assigned partition) and cache errors."""
-    if ctx.cache.l2 is not None:
-        cache_errors.update(ctx.cache.l2.errors)
+async def _sample_lag(app: faust.App, shell: WorkerShell) -> None:
+    """Committed-offset lag (log end - committed) per assigned input partition."""
     try:
-        consumer = app.consumer
-        assigned = consumer.assignment()
-        if not assigned:
+        inputs = shell.input_partitions()
+        if not inputs:
             return
-        highwaters = await consumer.highwaters(*assigned)
-        # Faust keeps the offsets it committed (next offset to read), like Kafka does.
-        committed = getattr(consumer, "_committed_offset", {})
-        lag: dict[tuple[str, int], int] = {}
-        for tp in assigned:
-            end = highwaters.get(tp)
-            done = committed.get(tp)
-            if done is None:
-                done = await consumer.position(tp)
-            if end is not None and done is not None:
-                lag[(tp.topic, tp.partition)] = end - done
-        metrics.set_consumer_lag(lag)
-    except Exception as exc:  # a rebalance in progress; try again next time
-        log.debug("consumer lag sample failed: %s", exc)
+        ends = await app.consumer.highwaters(*(FaustTP(*tp) for tp in inputs))
+        committed = await asyncio.to_thread(shell.offsets.committed_offsets, inputs)
+        metrics.set_committed_lag(app.conf.id, {
+            tp: ends[FaustTP(*tp)] - committed.get(tp, 0)
+            for tp in inputs if FaustTP(*tp) in ends
+        })
+    except Exception as exc:  # a rebalance in progress; sample again next time
+        log.debug("lag sample failed: %s", exc)

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.chain import BatchStats
+from pipeline.steps.base import BatchStats
 
 
 @dataclass
@@ -20,6 +20,8 @@ class WorkerStats:
     engine_batch_sizes: Counter[int] = field(default_factory=Counter)
     engine_texts: int = 0
     padded_tokens_weighted: float = 0.0
+    dead_letters: int = 0
+    retried_attempts: int = 0
 
     def routed(self, kind: str) -> None:
         self.routes[kind] += 1
@@ -27,9 +29,9 @@ class WorkerStats:
     def record(self, batch: BatchStats) -> None:
         self.take_sizes[batch.size] += 1
         self.cache.update(batch.by_cache)
-        self.statuses["timeout"] += batch.timeouts
-        self.statuses["error"] += batch.errors
-        self.statuses["ok"] += sum(batch.by_cache.values())
+        self.statuses.update(batch.by_status)
+        self.dead_letters += batch.dead_letters
+        self.retried_attempts += batch.attempts - 1
         for size in batch.engine_batches:
             self.engine_batch_sizes[size] += 1
         self.engine_texts += batch.engine_texts
@@ -43,6 +45,8 @@ class WorkerStats:
             "take_sizes": {str(k): v for k, v in sorted(self.take_sizes.items())},
             "engine_batch_sizes": {str(k): v for k, v in sorted(self.engine_batch_sizes.items())},
             "engine_texts": self.engine_texts,
+            "dead_letters": self.dead_letters,
+            "retried_attempts": self.retried_attempts,
             "padding_ratio": (
                 self.padded_tokens_weighted / self.engine_texts if self.engine_texts else 0.0
             ),

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient
 from pipeline.messages import TranslationRequest, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC
+from pipeline.progress import progress_bar
 from pipeline.settings import KafkaSettings
 
 
@@ -72,8 +72,7 @@ def run_load(
             target=_publish, args=(client, requests, rate, topic), daemon=True
         )
         sender.start()
-        with tqdm(total=len(requests), desc="results", unit="req", leave=False,
-                  disable=None) as progress:
+        with progress_bar("results", total=len(requests), unit="req", leave=False) as progress:
             deadline = time.monotonic() + timeout_s
             while replies.missing and time.monotonic() < deadline:
                 before = len(replies.results)

@@ -13,6 +13,7 @@ import click
 from kafka import KafkaConsumer, KafkaProducer
 
 from pipeline.engine.translator import CTranslate2Translator
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import load_settings
@@ -25,10 +26,10 @@ def serve(topic: str, group: str, idle_exit_s: float) -> None:
     settings = load_settings()
     translator = CTranslate2Translator.from_settings(settings.engine)
     consumer = KafkaConsumer(
-        topic, bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group,
+        topic, **kafka_python_options(settings.kafka, "bench-naive"), group_id=group,
         enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=1,
     )
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-naive"), acks="all")
     last = time.monotonic()
     while time.monotonic() - last < idle_exit_s:
         for records in consumer.poll(timeout_ms=200).values():

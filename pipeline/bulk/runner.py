@@ -33,6 +33,7 @@ from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.engine.registry import Registry
 from pipeline.messages import now_ms
 from pipeline.pairs import Pair, bulk_topic
+from pipeline.progress import progress_bar
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def run_job(
     """Translate ``corpus`` as job ``spec.job_id``, resuming its state, and write the output.
 
     ``stop`` ends the run early (BulkInterrupted, state kept); ``progress``
-    shows tqdm bars (None: only on a terminal).
+    False hides the progress bars (None: bars on a terminal, lines in a log).
     """
     started = time.monotonic()
     if spec.output is not None:
@@ -173,13 +174,12 @@ class _Pump:
         tasks = {t.request_id: t for t in pending}
         queue = deque(pending)
         in_flight: set[str] = set()
-        bars = dict(total=len(pending), unit="seg", dynamic_ncols=True,
-                    disable=None if self._progress is None else not self._progress)
+        bars: dict[str, Any] = dict(total=len(pending), unit="seg", enabled=self._progress)
         with (
             JobResults(kafka, self._spec.job_id) as source,
             BulkPublisher(kafka, bulk_topic(self._spec.pair)) as sink,
-            tqdm(desc="submitted", position=0, **bars) as submitted_bar,  # type: ignore[call-overload]
-            tqdm(desc="completed", position=1, **bars) as completed_bar,  # type: ignore[call-overload]
+            progress_bar("submitted", position=0, **bars) as submitted_bar,
+            progress_bar("completed", position=1, **bars) as completed_bar,
         ):
             last_result = time.monotonic()
             hinted = False

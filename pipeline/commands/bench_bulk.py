@@ -32,9 +32,10 @@ from pipeline.client import (
     RequestOptions,
     build_requests,
 )
-from pipeline.commands.bench_pipeline import machine_info, worker_stats
+from pipeline.commands.bench_pipeline import machine_info
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.reachability import require_kafka
 from pipeline.settings import Settings
 
 
@@ -58,13 +59,13 @@ def _interactive(settings: Settings, n: int, rate: float, seed: int) -> dict[str
     return run_load(settings.kafka, requests, rate=rate).summary()
 
 
-def _wait_quiet(settings: Settings, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
+def _wait_quiet(worker: WorkerProcess, quiet_s: float = 2.0, limit_s: float = 120.0) -> None:
     """Until the worker's engine stops working (so no bulk backlog outlives the bench)."""
     deadline = time.monotonic() + limit_s
-    last, since = worker_stats(settings)["engine_texts"], time.monotonic()
+    last, since = worker.stats()["engine_texts"], time.monotonic()
     while time.monotonic() < deadline and time.monotonic() - since < quiet_s:
         time.sleep(0.5)
-        now = worker_stats(settings)["engine_texts"]
+        now = worker.stats()["engine_texts"]
         if now != last:
             last, since = now, time.monotonic()
 
@@ -122,7 +123,8 @@ def measure_interference(
 ) -> dict[str, Any]:
     """Interactive figures alone and under a saturating bulk job (starts and stops a worker)."""
     log_path = settings.stack.home / "log" / "bench-worker.log"
-    with WorkerProcess(settings, log_path=log_path), tempfile.TemporaryDirectory() as tmp:
+    with WorkerProcess(settings, log_path=log_path) as worker, \
+            tempfile.TemporaryDirectory() as tmp:
         alone = _interactive(settings, n, rate, seed=21)
         bulk = _BackgroundBulk(bulk_docs, max_in_flight, Path(tmp))
         try:
@@ -133,7 +135,7 @@ def measure_interference(
             saturated = bulk.running
         finally:
             bulk.close()
-        _wait_quiet(settings)
+        _wait_quiet(worker)
     ratio = loaded["p99_ms"] / alone["p99_ms"] if alone["p99_ms"] else float("nan")
     return {
         "bench": "interference",
@@ -160,18 +162,20 @@ def measure_interference(
 
 
 @click.command()
-@click.option("--requests", "n", type=int, default=300, show_default=True,
+@click.option("--requests", "n", type=click.IntRange(1), default=300, show_default=True,
               help="Interactive requests per phase.")
-@click.option("--rate", type=float, default=10.0, show_default=True,
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=10.0,
+              show_default=True,
               help="Interactive requests per second (moderate: well below saturation).")
-@click.option("--bulk-docs", type=int, default=5000, show_default=True,
+@click.option("--bulk-docs", type=click.IntRange(1), default=5000, show_default=True,
               help="Documents in the background bulk job (enough to outlast the phase).")
-@click.option("--max-in-flight", type=int, default=500, show_default=True,
+@click.option("--max-in-flight", type=click.IntRange(1), default=500, show_default=True,
               help="The bulk job's in-flight window.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON line.")
 @click.pass_obj
 def interference(settings: Settings, n: int, rate: float, bulk_docs: int, max_in_flight: int,
                  as_json: bool) -> None:
     """Interactive P50/P95/P99 at a fixed rate, alone and with a bulk job saturating the worker."""
+    require_kafka(settings.kafka)
     doc = measure_interference(settings, n, rate, bulk_docs, max_in_flight)
     click.echo(json.dumps(doc, indent=None if as_json else 2))

@@ -21,7 +21,7 @@ import sentencepiece
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.engine.translator import resolve_device
-from pipeline.errors import ConfigError
+from pipeline.progress import progress_bar
 from pipeline.settings import Settings
 
 BATCH_SIZES = (1, 8, 32, 64)
@@ -103,17 +103,17 @@ def measure(
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-@click.option("--pair", "pair_id", default="en_en-XA", show_default=True)
-@click.option("--seconds", default=3.0, show_default=True, help="Minimum time per configuration.")
-@click.option("--sentences", default=256, show_default=True, type=click.IntRange(64))
+@click.option("--pair", "pair_id", default="en_en-XA", show_default=True,
+              help="Registry pair whose model is measured.")
+@click.option("--seconds", default=3.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Minimum time per configuration.")
+@click.option("--sentences", default=256, show_default=True, type=click.IntRange(64),
+              help="Generated sentences (3-40 words) cycled through.")
 @click.pass_obj
 def engine(settings: Settings, as_json: bool, pair_id: str, seconds: float, sentences: int) -> None:
     """Sentences/s and tokens/s of raw translate_batch for batch sizes 1-64, int8 and float32."""
-    try:
-        (entry,) = Registry.load(settings.engine.registry).entries([pair_id])
-        device = resolve_device(settings.engine.device)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+    (entry,) = Registry.load(settings.engine.registry).entries([pair_id])
+    device = resolve_device(settings.engine.device)
     sp = sentencepiece.SentencePieceProcessor(model_file=str(entry.source_tokenizer))
     gen = SentenceGenerator(7, heldout=True, min_words=3, max_words=40)
     sources = [
@@ -122,20 +122,22 @@ def engine(settings: Settings, as_json: bool, pair_id: str, seconds: float, sent
     ]
     inter = settings.engine.inter_threads
     intra = settings.engine.intra_threads or os.cpu_count() or 1
-    records = [
-        measure(
-            entry,
-            sources,
-            batch_size=bs,
-            compute_type=ct,
-            device=device,
-            inter_threads=inter,
-            intra_threads=intra,
-            min_seconds=seconds,
-        )
-        for ct in COMPUTE_TYPES
-        for bs in BATCH_SIZES
-    ]
+    configurations = [(ct, bs) for ct in COMPUTE_TYPES for bs in BATCH_SIZES]
+    records = []
+    with progress_bar("configurations", total=len(configurations)) as bar:
+        for ct, bs in configurations:
+            bar.set_postfix_str(f"{ct} batch {bs}")
+            records.append(measure(
+                entry,
+                sources,
+                batch_size=bs,
+                compute_type=ct,
+                device=device,
+                inter_threads=inter,
+                intra_threads=intra,
+                min_seconds=seconds,
+            ))
+            bar.update()
     doc = {
         "bench": "engine",
         "model_id": entry.model_id,

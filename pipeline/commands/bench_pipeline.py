@@ -7,7 +7,6 @@ import os
 import platform
 import subprocess
 import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from pipeline.bench.workload import make_texts
 from pipeline.client import RequestOptions, build_requests
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.messages import TranslationRequest
+from pipeline.reachability import require_kafka
 from pipeline.settings import Settings
 from pipeline.stack.topics import TopicSpec, ensure_topics
 
@@ -28,8 +28,10 @@ from pipeline.stack.topics import TopicSpec, ensure_topics
 def _options(f):  # type: ignore[no-untyped-def]
     for option in reversed([
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object."),
-        click.option("--requests", "n", type=int, default=2000, show_default=True),
-        click.option("--repeat-ratio", type=float, default=0.3, show_default=True),
+        click.option("--requests", "n", type=click.IntRange(1), default=2000, show_default=True,
+                     help="Generated requests."),
+        click.option("--repeat-ratio", type=click.FloatRange(0.0, 1.0), default=0.3,
+                     show_default=True, help="Share of requests that repeat an earlier text."),
         click.option("--rate", type=float, default=None,
                      help="Requests per second (default: all at once = saturation)."),
     ]):
@@ -50,13 +52,6 @@ def _requests(n: int, repeat_ratio: float) -> list[TranslationRequest]:
     return build_requests(texts, DEMO_PAIR, RequestOptions(timeout_ms=600_000, tenant=tenant))
 
 
-def worker_stats(settings: Settings) -> dict[str, Any]:
-    """The running worker's counters (``/babelstream/stats`` on its web port)."""
-    url = f"http://127.0.0.1:{settings.worker.web_port}/babelstream/stats"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.load(response)
-
-
 def _settings_used(settings: Settings, n: int, repeat_ratio: float, rate: float | None) -> dict:
     e, w = settings.engine, settings.worker
     return {
@@ -72,10 +67,10 @@ def _settings_used(settings: Settings, n: int, repeat_ratio: float, rate: float 
 def measure_e2e(settings: Settings, n: int, repeat_ratio: float, rate: float | None) -> dict:
     """Start a worker, run the load through the whole pipeline, stop the worker."""
     log_path = settings.stack.home / "log" / "bench-worker.log"
-    with WorkerProcess(settings, log_path=log_path):
-        before = worker_stats(settings)
+    with WorkerProcess(settings, log_path=log_path) as worker:
+        before = worker.stats()
         report = run_load(settings.kafka, _requests(n, repeat_ratio), rate=rate)
-        after = worker_stats(settings)
+        after = worker.stats()
     sizes = {k: v - before["engine_batch_sizes"].get(k, 0)
              for k, v in after["engine_batch_sizes"].items()}
     takes = {k: v - before["take_sizes"].get(k, 0) for k, v in after["take_sizes"].items()}
@@ -134,6 +129,7 @@ def _emit(doc: dict, as_json: bool) -> None:
 def e2e(settings: Settings, as_json: bool, n: int, repeat_ratio: float,
         rate: float | None) -> None:
     """Whole pipeline: router, micro-batching, dedup, caches (starts and stops a worker)."""
+    require_kafka(settings.kafka)
     _emit(measure_e2e(settings, n, repeat_ratio, rate), as_json)
 
 
@@ -143,6 +139,7 @@ def e2e(settings: Settings, as_json: bool, n: int, repeat_ratio: float,
 def naive(settings: Settings, as_json: bool, n: int, repeat_ratio: float,
           rate: float | None) -> None:
     """Baseline: a plain kafka-python consumer translating and committing one at a time."""
+    require_kafka(settings.kafka)
     _emit(measure_naive(settings, n, repeat_ratio, rate), as_json)
 
 
@@ -152,6 +149,7 @@ def naive(settings: Settings, as_json: bool, n: int, repeat_ratio: float,
 def compare(settings: Settings, as_json: bool, n: int, repeat_ratio: float,
             rate: float | None) -> None:
     """Both, on the same workload, side by side, with e2e/naive ratios."""
+    require_kafka(settings.kafka)
     pipeline = measure_e2e(settings, n, repeat_ratio, rate)
     baseline = measure_naive(settings, n, repeat_ratio, rate)
     ratio = pipeline["throughput_rps"] / baseline["throughput_rps"]

@@ -34,6 +34,8 @@ import click
 
 from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.messages import SlaWindow
+from pipeline.progress import progress_bar
+from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
 from pipeline.sla import RunSummary
 from pipeline.stack.topics import TopicSpec, ensure_topics
@@ -75,12 +77,15 @@ def preload(settings: Settings, topics: dict[str, str], count: int, pairs: int, 
     from kafka import KafkaProducer
 
     started = time.monotonic()
-    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench"), acks=1,
-                             linger_ms=50, batch_size=512 * 1024)
+    # acks=1 without idempotence: synthetic load, speed over delivery guarantees
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
+                             enable_idempotence=False, linger_ms=50, batch_size=512 * 1024)
     sent = 0
-    for value in synthetic_results(count, pairs, rate, duplicates=duplicates):
-        producer.send(topics["results"], value=value)
-        sent += 1
+    with progress_bar("pre-loaded", total=count, unit="result") as bar:
+        for value in synthetic_results(count, pairs, rate, duplicates=duplicates):
+            producer.send(topics["results"], value=value)
+            sent += 1
+            bar.update()
     sla = settings.sla
     closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
     tick_at = _BASE_MS + count * 1000 // rate + closing_ms
@@ -94,7 +99,7 @@ def preload(settings: Settings, topics: dict[str, str], count: int, pairs: int, 
 
 
 def _delete_topics(settings: Settings, names: list[str]) -> None:
-    admin = admin_client(settings.kafka, "bench")
+    admin = admin_client(settings.kafka, "bench-sla")
     try:
         admin.delete_topics(names)
     finally:
@@ -105,8 +110,9 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
     """The SlaWindow messages on ``topic``, each validated against the contract."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench"),
-                             auto_offset_reset="earliest", consumer_timeout_ms=3000)
+    consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench-sla"),
+                             auto_offset_reset="earliest", enable_auto_commit=False,
+                             consumer_timeout_ms=3000)
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]
     finally:
@@ -173,7 +179,8 @@ def report(settings: Settings, runs: dict[str, dict[str, Any]], loaded: dict[str
 @click.command()
 @click.option("--results", "count", type=click.IntRange(1), default=200_000, show_default=True,
               help="Synthetic results to pre-load.")
-@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True)
+@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True,
+              help="Synthetic pairs the results are spread over.")
 @click.option("--rate", type=click.IntRange(1), default=1000, show_default=True,
               help="Results per second of event time (all pairs together).")
 @click.option("--duplicates", type=click.FloatRange(0, 1), default=0.05, show_default=True,
@@ -192,6 +199,8 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float
         max_offsets_per_trigger: int, shuffle_partitions: int | None, state_store: str | None,
         configs: tuple[str, ...], as_json: bool) -> None:
     """Results/s the Spark SLA job sustains over a pre-loaded backlog, before/after dedup."""
+    require_kafka(settings.kafka)
+    require_spark_master(settings.sla.master, settings.kafka.connect_timeout_s)
     from jobs.sla import run
 
     run_id = uuid.uuid4().hex[:8]
@@ -219,8 +228,11 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float
                     "max_offsets_per_trigger": max_offsets_per_trigger, **knobs, **overrides,
                 })
                 job_settings = settings.model_copy(update={"sla": sla_settings})
-                summary = run(job_settings, until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
-                              late_rows=late_rows)
+                with progress_bar(f"aggregated ({name})", total=sent + pairs,
+                                  unit="result") as bar:
+                    summary = run(job_settings,
+                                  until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
+                                  late_rows=late_rows, on_input=bar.update)
             runs[name] = run_report(job_settings, summary, read_windows(settings, sink))
     finally:
         _delete_topics(settings, created)

@@ -13,7 +13,9 @@ from pipeline.bulk.readers import FORMATS, read_corpus
 from pipeline.bulk.requests import check_job_id, default_job_id
 from pipeline.bulk.runner import JobSpec, run_job
 from pipeline.bulk.state import JobState, Progress, process_alive
+from pipeline.commands.options import DOMAIN_HELP, LABEL, LANGUAGE, TENANT_HELP
 from pipeline.pairs import Pair
+from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
 
 
@@ -29,22 +31,28 @@ def _checked_job_id(job_id: str) -> str:
         raise click.BadParameter(str(exc), param_hint="--job-id") from None
 
 
+def _require_spark_services(settings: Settings, master: str | None) -> None:
+    require_kafka(settings.kafka)
+    require_spark_master(master or settings.bulk.spark_master, settings.kafka.connect_timeout_s)
+
+
 @bulk.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--src", required=True, help="Source language (BCP-47).")
-@click.option("--tgt", required=True, help="Target language (BCP-47).")
+@click.option("--src", required=True, type=LANGUAGE, help="Source language (BCP-47).")
+@click.option("--tgt", required=True, type=LANGUAGE, help="Target language (BCP-47).")
 @click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output Parquet file.")
 @click.option("--id-column", default=None,
               help="Document id column [default: 'id' if present, else the row number].")
-@click.option("--text-column", default="text", show_default=True)
+@click.option("--text-column", default="text", show_default=True,
+              help="Column holding each document's text.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
               help="Input format (auto: by suffix; a folder of Parquet files is a dataset).")
 @click.option("--job-id", default=None,
               help="Job id [default: a digest of inputs, pair, columns, tenant and domain, "
                    "so the same command resumes].")
-@click.option("--tenant", default=None)
-@click.option("--domain", default=None)
+@click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP)
+@click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
 @click.option("--max-in-flight", type=click.IntRange(min=1), default=None,
               help="Segments published but not yet answered [default: bulk.max_in_flight].")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
@@ -69,6 +77,7 @@ def run(
         corpus = read_corpus(list(inputs), fmt=fmt, id_column=id_column,  # type: ignore[arg-type]
                              text_column=text_column)
         click.echo(f"job {job_id}: {len(corpus)} documents -> {output}", err=True)
+        require_kafka(settings.kafka)
         report = run_job(settings, spec, corpus)
     except BulkError as exc:
         raise click.ClickException(str(exc)) from None
@@ -140,14 +149,15 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
 
 @bulk.command("spark-submit")
 @click.argument("input_path")
-@click.option("--src", required=True)
-@click.option("--tgt", required=True)
+@click.option("--src", required=True, type=LANGUAGE, help="Source language (BCP-47).")
+@click.option("--tgt", required=True, type=LANGUAGE, help="Target language (BCP-47).")
 @click.option("--job-id", required=True, help="Job id (the same one for spark-assemble).")
 @click.option("--id-column", default=None,
               help="Document id column [default: 'id' if present, else <file>:<row>].")
-@click.option("--text-column", default="text", show_default=True)
-@click.option("--tenant", default=None)
-@click.option("--domain", default=None)
+@click.option("--text-column", default="text", show_default=True,
+              help="Column holding each document's text.")
+@click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP)
+@click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
 @click.option("--topic", default=None, help="Request topic [default: translate.bulk.<pair>].")
 @click.option("--max-segments", type=click.IntRange(min=1), default=None,
               help="Publish at most this many pending segments now (feed huge jobs in waves).")
@@ -166,6 +176,7 @@ def spark_submit(
     from jobs import bulk_spark
 
     job_id = _checked_job_id(job_id)
+    _require_spark_services(settings, master)
     spark = bulk_spark.spark_session(settings, f"babelstream-bulk-submit-{job_id}", master)
     try:
         report = bulk_spark.submit(
@@ -181,7 +192,7 @@ def spark_submit(
 
 
 @bulk.command("spark-assemble")
-@click.option("--job-id", required=True)
+@click.option("--job-id", required=True, help="The job id given to spark-submit.")
 @click.option("--output", "-o", required=True, help="Output Parquet folder.")
 @click.option("--results-topic", default=None, help="[default: translate.results]")
 @click.option("--files", type=click.IntRange(min=1), default=1, show_default=True,
@@ -196,6 +207,7 @@ def spark_assemble(
     from jobs import bulk_spark
 
     job_id = _checked_job_id(job_id)
+    _require_spark_services(settings, master)
     spark = bulk_spark.spark_session(settings, f"babelstream-bulk-assemble-{job_id}", master)
     try:
         report = bulk_spark.assemble(

@@ -1,38 +1,77 @@
-"""``babelstream submit`` and ``babelstream translate``."""
+"""``babelstream submit``, ``translate`` and ``results``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
-from pipeline.client import RequestOptions, TranslationClient, build_requests
-from pipeline.pairs import Pair
-from pipeline.settings import Settings
+from pipeline.client import (
+    ReplyBatch,
+    RequestOptions,
+    TranslationClient,
+    build_requests,
+    check_sendable,
+    fetch_results,
+)
+from pipeline.commands.options import DOMAIN_HELP, DURATION, LABEL, LANGUAGE, TENANT_HELP
+from pipeline.messages import now_ms
+from pipeline.pairs import REQUESTS_TOPIC, Pair, pair_topic
+from pipeline.reachability import require_kafka
+from pipeline.settings import LimitSettings, Settings
+
+_TEXT_FILE = click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path)
+
+
+def _lines(file: Path, param_hint: str) -> list[str]:
+    try:
+        content = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(
+            f"{file} is not UTF-8 text ({exc.reason} at byte {exc.start})", param_hint=param_hint
+        ) from None
+    return content.splitlines()
 
 
 def _texts(texts: tuple[str, ...], file: Path | None) -> list[str]:
     lines = list(texts)
     if file is not None:
-        content = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
-        lines.extend(content.splitlines())
+        lines.extend(_lines(file, "'--file'"))
     if not lines:
         raise click.UsageError("give TEXT arguments or --file")
     return lines
 
 
-def _request_options(f):  # type: ignore[no-untyped-def]
+def _check_timeout_ms(timeout_ms: int, limits: LimitSettings, param_hint: str, shown: str) -> None:
+    """Refuse a deadline the router would dead-letter (``limits.min/max_timeout_ms``)."""
+    if not limits.min_timeout_ms <= timeout_ms <= limits.max_timeout_ms:
+        raise click.BadParameter(
+            f"{shown} is outside the allowed {limits.min_timeout_ms}..{limits.max_timeout_ms} ms "
+            "(BABELSTREAM_LIMITS__MIN_TIMEOUT_MS, __MAX_TIMEOUT_MS)",
+            param_hint=param_hint,
+        )
+
+
+def _request_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
-            click.option("--src", required=True, help="Source language (BCP-47)."),
-            click.option("--tgt", required=True, help="Target language (BCP-47)."),
             click.option(
-                "--file", type=click.Path(path_type=Path, allow_dash=True),
-                help="One text per line ('-' for stdin).",
+                "--src", required=True, type=LANGUAGE, help="Source language (BCP-47, e.g. en)."
             ),
-            click.option("--tenant", default=None),
-            click.option("--domain", default=None),
+            click.option(
+                "--tgt",
+                required=True,
+                type=LANGUAGE,
+                help="Target language (BCP-47, e.g. de, en-XA).",
+            ),
+            click.option(
+                "--file", type=_TEXT_FILE, help="UTF-8 file with one text per line ('-' for stdin)."
+            ),
+            click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP),
+            click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP),
             click.argument("texts", nargs=-1),
         ]
     ):
@@ -40,18 +79,79 @@ def _request_options(f):  # type: ignore[no-untyped-def]
     return f
 
 
+def _print_results(
+    request_ids: Sequence[str], replies: ReplyBatch, as_json: bool, missing: Callable[[str], str]
+) -> None:
+    """One line per request, in order: the translation (stdout) or what went wrong (stderr)."""
+    for request_id in request_ids:
+        result = replies.results.get(request_id)
+        if result is None:
+            click.echo(missing(request_id), err=True)
+        elif as_json:
+            click.echo(result.to_json().decode())
+        elif result.status == "ok":
+            click.echo(result.translation)
+        else:
+            detail = f"{result.reason}: " if result.reason else ""
+            click.echo(f"[{result.status}] {detail}{result.error or ''}".rstrip(), err=True)
+
+
+def no_result_hint(settings: Settings, pair: Pair) -> str:
+    """Why results may not come, from consumer-group membership of the pair's topics."""
+    from pipeline.groups import consumer_groups, serving
+
+    try:
+        groups = consumer_groups(settings.kafka, with_lag=False)
+    except Exception as exc:  # a hint only: never hide the timeout behind a second error
+        return f"(could not list the workers: {exc})"
+    if not serving(groups, REQUESTS_TOPIC):
+        return (
+            f"no worker routes {REQUESTS_TOPIC}: start one with `babelstream worker` "
+            "(see `babelstream status`)"
+        )
+    workers = serving(groups, pair_topic(pair))
+    if not workers:
+        return (
+            f"no worker serves {pair.id}: start one with "
+            f"`babelstream worker --pairs {pair.id} --no-router`"
+        )
+    names = ", ".join(f"{g.group_id} ({len(g.members)} members)" for g in workers)
+    return (
+        f"{pair.id} is served by {names}: busy or still starting? try a longer --timeout, "
+        "or fetch the results later with `babelstream results ID...`"
+    )
+
+
 @click.command()
 @_request_options
-@click.option("--timeout-ms", type=int, default=None, help="Deadline relative to submission.")
+@click.option(
+    "--timeout-ms",
+    type=int,
+    default=None,
+    help="Deadline relative to submission [default: limits.default_timeout_ms].",
+)
 @click.pass_obj
 def submit(
-    settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
-    domain: str | None, texts: tuple[str, ...], timeout_ms: int | None,
+    settings: Settings,
+    src: str,
+    tgt: str,
+    file: Path | None,
+    tenant: str | None,
+    domain: str | None,
+    texts: tuple[str, ...],
+    timeout_ms: int | None,
 ) -> None:
-    """Publish translation requests; print their request ids."""
+    """Publish translation requests; print their request ids (one per line).
+
+    Fetch their results later with `babelstream results ID...`.
+    """
+    if timeout_ms is not None:
+        _check_timeout_ms(timeout_ms, settings.limits, "'--timeout-ms'", f"{timeout_ms} ms")
     options = RequestOptions(timeout_ms=timeout_ms, tenant=tenant, domain=domain)
     requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
-    with TranslationClient(settings.kafka) as client:
+    check_sendable(requests, settings.limits)
+    require_kafka(settings.kafka)
+    with TranslationClient(settings.kafka, settings.limits) as client:
         for request_id in client.submit(requests):
             click.echo(request_id)
 
@@ -59,27 +159,96 @@ def submit(
 @click.command()
 @_request_options
 @click.option("--json", "as_json", is_flag=True, help="One TranslationResult JSON per line.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait; also each request's deadline.",
+)
 @click.pass_obj
 def translate(
-    settings: Settings, src: str, tgt: str, file: Path | None, tenant: str | None,
-    domain: str | None, texts: tuple[str, ...], as_json: bool, timeout: float,
+    settings: Settings,
+    src: str,
+    tgt: str,
+    file: Path | None,
+    tenant: str | None,
+    domain: str | None,
+    texts: tuple[str, ...],
+    as_json: bool,
+    timeout: float,
 ) -> None:
     """Translate texts through the pipeline and print the results.
 
     Exits 1 when any request failed, timed out, or got no result in time.
     """
-    options = RequestOptions(timeout_ms=int(timeout * 1000), tenant=tenant, domain=domain)
-    requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
-    with TranslationClient(settings.kafka) as client:
+    timeout_ms = round(timeout * 1000)
+    _check_timeout_ms(timeout_ms, settings.limits, "'--timeout'", f"{timeout:g} s")
+    pair = Pair(src, tgt)
+    options = RequestOptions(timeout_ms=timeout_ms, tenant=tenant, domain=domain)
+    requests = build_requests(_texts(texts, file), pair, options)
+    check_sendable(requests, settings.limits)
+    require_kafka(settings.kafka)
+    with TranslationClient(settings.kafka, settings.limits) as client:
         replies = client.translate(requests, timeout_s=timeout)
-    for request, result in zip(requests, replies.ordered, strict=True):
-        if result is None:
-            click.echo(f"no result for {request.request_id} within {timeout}s", err=True)
-        elif as_json:
-            click.echo(result.to_json().decode())
-        elif result.status == "ok":
-            click.echo(result.translation)
-        else:
-            click.echo(f"[{result.status}] {result.error or ''}".rstrip(), err=True)
+    _print_results(
+        [r.request_id for r in requests],
+        replies,
+        as_json,
+        lambda rid: f"no result for {rid} within {timeout:g}s",
+    )
+    if replies.missing:
+        click.echo(no_result_hint(settings, pair), err=True)
+    sys.exit(0 if replies.all_ok else 1)
+
+
+@click.command()
+@click.argument("request_ids", nargs=-1)
+@click.option(
+    "--file",
+    type=_TEXT_FILE,
+    help="File with one request id per line ('-' for stdin, e.g. piped from submit).",
+)
+@click.option(
+    "--since",
+    type=DURATION,
+    default="1h",
+    show_default=True,
+    help="Scan results written this long ago up to now (e.g. 10m, 2h).",
+)
+@click.option(
+    "--wait",
+    type=DURATION,
+    default="0s",
+    show_default=True,
+    help="Then keep reading this long for results not there yet.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One TranslationResult JSON per line.")
+@click.pass_obj
+def results(
+    settings: Settings,
+    request_ids: tuple[str, ...],
+    file: Path | None,
+    since: float,
+    wait: float,
+    as_json: bool,
+) -> None:
+    """Print the results of requests sent with `submit`, in the order of REQUEST_IDS.
+
+    Reads translate.results from the first record written --since ago up to
+    the topic's end when the command started, then --wait longer for ids
+    still missing. The first result of an id wins (delivery is at-least-once).
+    Exits 1 when any request has no result or did not end ok.
+    """
+    ids = [*request_ids, *(line.strip() for line in (_lines(file, "'--file'") if file else []))]
+    ids = [i for i in ids if i]
+    if not ids:
+        raise click.UsageError("give REQUEST_IDS arguments or --file")
+    require_kafka(settings.kafka)
+    replies = fetch_results(
+        settings.kafka, ids, since_ms=now_ms() - round(since * 1000), wait_s=wait
+    )
+    _print_results(
+        ids, replies, as_json, lambda rid: f"no result for {rid} written in the last {since:g}s"
+    )
     sys.exit(0 if replies.all_ok else 1)

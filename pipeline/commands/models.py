@@ -46,18 +46,19 @@ def list_models(settings: Settings, as_json: bool, registry: Path | None) -> Non
         click.echo(json.dumps({"registry": str(reg.path), "pairs": rows}, indent=2))
         return
     click.echo(f"registry: {reg.path}")
+    line = "{:<14} {:<24} {:<8} {}  {}".format
+    click.echo(line("PAIR", "MODEL", "COMPUTE", "DIRECTORY", "FILES"))
     for row in rows:
-        state = "ok" if row["ok"] else "MISSING: " + "; ".join(row["problems"])
-        click.echo(
-            f"{row['pair']:<14} {row['model_id']:<24} {row['compute_type']:<8} "
-            f"{row['model_dir']}  {state}"
-        )
+        files = "ok" if row["ok"] else "MISSING: " + "; ".join(row["problems"])
+        click.echo(line(row["pair"], row["model_id"], row["compute_type"], row["model_dir"],
+                        files))
 
 
 @models.command()
 @click.argument("source")
 @click.option("--from", "kind", type=click.Choice(SOURCES), required=True, help="Source format.")
-@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="int8", show_default=True)
+@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="int8",
+              show_default=True, help="Weight type of the converted model.")
 @click.option("--output", type=click.Path(path_type=Path), required=True, help="Output directory.")
 @click.option("--pair", "pair_id", help="Also add a registry entry for this pair (SRC_TGT).")
 @click.option("--target-prefix", multiple=True, help="Token(s) forced first in the output.")
@@ -68,7 +69,8 @@ def list_models(settings: Settings, as_json: bool, registry: Path | None) -> Non
     help="Token(s) put after the source [default: </s> for transformers/marian].",
 )
 @click.option("--compute-type", default="auto", show_default=True, help="Registry compute_type.")
-@click.option("--max-input-tokens", default=512, show_default=True, type=click.IntRange(2))
+@click.option("--max-input-tokens", default=512, show_default=True, type=click.IntRange(2),
+              help="Longest input the model takes; longer texts are split at sentences.")
 @click.option("--force", is_flag=True, help="Overwrite a non-empty output directory.")
 @click.option(
     "--registry", type=click.Path(path_type=Path), help="Registry file (default: settings)."
@@ -194,9 +196,12 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     default=PROJECT_ROOT / "models" / "demo",
     show_default=True,
+    help="The CTranslate2 model to evaluate.",
 )
-@click.option("--threads", default=2, show_default=True, type=click.IntRange(1))
-@click.option("--compute-type", default="int8", show_default=True)
+@click.option("--threads", default=2, show_default=True, type=click.IntRange(1),
+              help="CTranslate2 intra threads.")
+@click.option("--compute-type", default="int8", show_default=True,
+              help="CTranslate2 compute type (int8, float32, ...).")
 @click.option("--write", is_flag=True, help="Also write metrics.json next to the model.")
 def eval_demo(model_dir: Path, threads: int, compute_type: str, write: bool) -> None:
     """chrF of the demo model on 500 held-out sentences, both pairs, beams 1 and 4 (JSON)."""

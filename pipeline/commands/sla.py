@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,33 +14,12 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from pipeline.commands.options import DURATION, INSTANT
 from pipeline.errors import BabelStreamError, ConfigError
-from pipeline.messages import now_ms
+from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings, SlaSettings
-from pipeline.sla import RunSummary, parse_duration, parse_thresholds
+from pipeline.sla import RunSummary, parse_thresholds
 from pipeline.sla_history import PeriodReport, period_report
-
-
-class Parsed(click.ParamType):
-    """An option value read by a parser that raises ConfigError (values not given as text
-    are taken as already parsed)."""
-
-    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
-        self.name = name
-        self._parse = parse
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
-            return value
-        try:
-            return self._parse(value)
-        except ConfigError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-# a duration such as 500ms, 5s, 1m or 2h, in seconds
-DURATION = Parsed("duration", parse_duration)
 
 
 def sla_settings(base: SlaSettings, overrides: dict[str, Any],
@@ -120,6 +99,8 @@ def sla(ctx: click.Context, /, thresholds: tuple[str, ...], until_idle: float | 
             update={"sla": sla_settings(settings.sla, overrides, thresholds)})
     except (ValidationError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
+    require_kafka(settings.kafka)
+    require_spark_master(job_settings.sla.master, settings.kafka.connect_timeout_s)
     from jobs.sla import run
 
     with stop_on_signals() as stop:
@@ -128,29 +109,6 @@ def sla(ctx: click.Context, /, thresholds: tuple[str, ...], until_idle: float | 
         except BabelStreamError as exc:
             raise click.ClickException(str(exc)) from exc
     click.echo(summary_line(summary), err=True)
-
-
-def parse_instant(text: str, now: int) -> int:
-    """Epoch ms of ``text``: ``now``, ``now-<duration>``, digits (epoch ms) or ISO 8601."""
-    text = text.strip()
-    if text == "now":
-        return now
-    if text.startswith("now-"):
-        return now - round(parse_duration(text[4:]) * 1000)
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d"
-                          ) from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
-
-
-# a point in time: ISO 8601 (UTC unless it says otherwise), epoch ms, or now-30d; epoch ms
-INSTANT = Parsed("time", lambda text: parse_instant(text, now_ms()))
 
 
 def _utc(ms: int) -> str:
@@ -189,7 +147,7 @@ def report_lines(report: PeriodReport) -> list[str]:
 @sla.command("report")
 @click.option("--pair", required=True, help="Pair id (or `unsupported`).")
 @click.option("--priority", type=click.Choice(["interactive", "bulk"]), default="interactive",
-              show_default=True)
+              show_default=True, help="Priority class of the series.")
 @click.option("--from", "from_ms", type=INSTANT, default="now-1h", show_default=True,
               help="Start: ISO 8601, epoch ms, or now-<duration> (now-30d).")
 @click.option("--to", "to_ms", type=INSTANT, default="now", show_default=True,

@@ -2,22 +2,62 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import socket
+from pathlib import Path
+from typing import IO
 
 import click
 
 from pipeline.cache import LruCache, RedisCache, TwoLevelCache
+from pipeline.commands.options import refuse_router_contradiction
 from pipeline.digest import files_fingerprint
 from pipeline.engine.registry import PairEntry, Registry
-from pipeline.engine.translator import CTranslate2Translator
 from pipeline.settings import Settings
 
+log = logging.getLogger(__name__)
 
 def _fingerprint(entry: PairEntry) -> str:
     # Cache keys name the exact weights: a rebuilt model never reuses old entries.
     return files_fingerprint(
         [entry.model_dir / "model.bin", entry.source_tokenizer, entry.target_tokenizer]
     )
+
+
+def _port(host: str, port: int, setting: str) -> int:
+    """``port`` if it can be bound on ``host`` (0: a free one); else a one-line error."""
+    with socket.socket() as probe:
+        # as the web server binds: a port whose last owner's connections linger
+        # in TIME_WAIT is free to reuse
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.ClickException(
+                f"{host}:{port} is in use ({exc.strerror}); give this worker its own port "
+                f"with {setting}=<port>, or 0 to pick a free one"
+            ) from exc
+        return int(probe.getsockname()[1])
+
+
+def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
+    """Hold a lock on this host for the group instance id (held until the process exits).
+
+    Two live members with one ``group.instance.id`` fence each other in a loop;
+    on one host that is caught here, with a clear message.
+    """
+    data_dir.mkdir(parents=True, exist_ok=True)
+    handle = (data_dir / f"instance-{instance_id}.lock").open("w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        handle.close()
+        raise click.ClickException(
+            f"another worker on this host already runs as group instance {instance_id!r}; "
+            "give each replica its own BABELSTREAM_WORKER__INSTANCE_ID"
+        ) from exc
+    return handle
 
 
 @click.command()
@@ -27,25 +67,29 @@ def _fingerprint(entry: PairEntry) -> str:
 )
 @click.option(
     "--router/--no-router", default=True, show_default=True,
+    callback=refuse_router_contradiction,
     help="Also route translate.requests. Run the router in exactly one worker group.",
 )
 @click.option(
-    "--router-only", is_flag=True,
+    "--router-only", is_flag=True, callback=refuse_router_contradiction,
     help="Only route translate.requests (consumer group babelstream-router); load no model.",
 )
-@click.option("--loglevel", default="info", show_default=True)
+@click.option("--loglevel", default="info", show_default=True,
+              help="Faust's log level (critical, error, warning, info, debug).")
 @click.pass_obj
 def worker(
     settings: Settings, pairs: str | None, router: bool, router_only: bool, loglevel: str
 ) -> None:
     """Run a worker: router + one translation agent per served pair topic (and bulk topic).
 
+    Readiness: GET /babelstream/ready on the web port (200 when serving).
     Prometheus metrics are served at /metrics on observability.metrics_port (9464).
     """
-    from faust.worker import Worker
-
+    from pipeline.engine.translator import CTranslate2Translator
     from pipeline.metrics import start_metrics_server
     from workers.app import ServedPair, WorkerContext, create_app
+    from workers.bootstrap import prepare, worker_topics
+    from workers.faust_adapter import DrainingWorker
 
     registry = Registry.load(settings.engine.registry)
     deployment = {pair_id: entry.model_id for pair_id, entry in registry.pairs.items()}
@@ -53,20 +97,21 @@ def worker(
         if pairs:
             raise click.UsageError("--router-only serves no pairs; drop --pairs")
         pair_ids: list[str] = []
-        compute_types: dict[str, str] = {}
+        served: list[ServedPair] = []
     else:
         pair_ids = [p.strip() for p in pairs.split(",")] if pairs else sorted(deployment)
         translator = CTranslate2Translator.from_settings(settings.engine, pair_ids)
-        compute_types = translator.compute_types
-    served = [
-        ServedPair(
-            entry.pair, f"{entry.model_id}@{_fingerprint(entry)}", translator,
-            compute_type=translator.compute_types.get(entry.pair.id, "unknown"),
-        )
-        for entry in registry.entries(pair_ids)
-    ]
-    cache = TwoLevelCache(LruCache(settings.worker.l1_cache_size), RedisCache(settings.redis))
-    ctx = WorkerContext(settings=settings, cache=cache)
+        served = [
+            ServedPair(
+                entry.pair, f"{entry.model_id}@{_fingerprint(entry)}", translator,
+                compute_type=translator.compute_types.get(entry.pair.id, "unknown"),
+            )
+            for entry in registry.entries(pair_ids)
+        ]
+    w, obs = settings.worker, settings.observability
+    web_port = _port(w.web_host, w.web_port, "BABELSTREAM_WORKER__WEB_PORT")
+    if obs.metrics_port:
+        _port(obs.metrics_host, obs.metrics_port, "BABELSTREAM_OBSERVABILITY__METRICS_PORT")
     # Workers serving different pair sets are different consumer groups.
     if router_only:
         app_id = "babelstream-router"
@@ -74,14 +119,32 @@ def worker(
         app_id = "babelstream"
     else:
         app_id = "babelstream-" + "-".join(sorted(pair_ids))
-    app = create_app(ctx, served, deployment, app_id=app_id, with_router=router or router_only)
-    obs = settings.observability
+    instance_id = None
+    if w.static_membership:
+        instance_id = w.instance_id or f"{socket.gethostname()}-{web_port}"
+        _lock = _lock_instance(w.data_dir / app_id, instance_id)
+    cache = TwoLevelCache(LruCache(w.l1_cache_size), RedisCache(settings.redis))
+    ctx = WorkerContext(settings=settings, cache=cache)
+    app, shell = create_app(
+        ctx, served, deployment, app_id=app_id, with_router=router or router_only,
+        instance_id=instance_id, web_port=web_port,
+    )
+    # the brokers not answering (exit 69) or a wrong topic: one line, from the CLI root
+    prepare(settings.kafka, worker_topics(settings, [s.pair for s in served], app,
+                                          router or router_only), w.broker_wait_s)
     if obs.metrics_port:
         start_metrics_server(obs.metrics_host, obs.metrics_port)
-    logging.getLogger(__name__).info(
-        "worker %s serving %s (%s); metrics on %s:%s", ctx.worker_name,
-        ", ".join(pair_ids) or "no pairs (router only)",
-        ", ".join(f"{p}={c}" for p, c in compute_types.items()),
-        obs.metrics_host, obs.metrics_port or "off",
+    log.warning(
+        "worker %s (group %s, instance %s) starting: %s; web http://%s:%d/babelstream/ready; "
+        "metrics %s", ctx.worker_name, app_id, instance_id or "dynamic",
+        ", ".join(f"{s.pair.id}={s.model_id} ({s.compute_type})" for s in served)
+        or "router only", w.web_host, web_port,
+        f"http://{obs.metrics_host}:{obs.metrics_port}/metrics" if obs.metrics_port else "off",
     )
-    Worker(app, loglevel=loglevel).execute_from_commandline()
+    runner = DrainingWorker(app, drain=shell.drain, stop_timeout_s=w.stop_timeout_s,
+                            loglevel=loglevel)
+    shell.request_stop = runner.stop_gracefully
+    try:
+        runner.execute_from_commandline()
+    except SystemExit as exc:
+        raise SystemExit(shell.exit_code or exc.code) from None

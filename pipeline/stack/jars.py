@@ -56,12 +56,17 @@ def fetch(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir:
     return jars
 
 
+def jars_dir(settings: Settings) -> Path:
+    """Where fetched jars live: ``stack.jars_dir``, by default ``<stack home>/jars``."""
+    return settings.stack.jars_dir or settings.stack.home / "jars"
+
+
 def kafka_jars(settings: Settings, report: Reporter = quiet) -> list[Path]:
     """The Kafka broker's classpath (``kafka_2.13`` and a logging backend)."""
     version = settings.stack.kafka_version
     return fetch(
         f"kafka-{version}", POM_DIR / "kafka" / "pom.xml",
-        settings.stack.home / "jars" / f"kafka-{version}",
+        jars_dir(settings) / f"kafka-{version}",
         {"kafka.version": version}, settings.stack.home / "log", report,
     )
 
@@ -84,7 +89,7 @@ def spark_kafka_jars(settings: Settings, report: Reporter = quiet) -> list[Path]
     shipped = sorted({artifact_id(jar.name) for jar in bundled.glob("*.jar")})
     return fetch(
         f"spark-kafka-{version}", POM_DIR / "spark" / "pom.xml",
-        settings.stack.home / "jars" / f"spark-kafka-{version}",
+        jars_dir(settings) / f"spark-kafka-{version}",
         {"spark.version": version, "excludeArtifactIds": ",".join(shipped)},
         settings.stack.home / "log", report,
     )

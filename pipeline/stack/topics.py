@@ -95,6 +95,10 @@ def ensure_topics(kafka: KafkaSettings, specs: Mapping[str, TopicSpec]) -> Ensur
                     },
                     wait_for_metadata=True,
                 )
+        drifted = {name: dict(spec.config) for name, spec in specs.items()
+                   if name in existing and spec.config}
+        if drifted:
+            _align_configs(admin, drifted)
     finally:
         admin.close()
     mismatched = {
@@ -103,6 +107,17 @@ def ensure_topics(kafka: KafkaSettings, specs: Mapping[str, TopicSpec]) -> Ensur
         if count != specs[name].partitions
     }
     return EnsureReport(sorted(missing), mismatched)
+
+
+def _align_configs(admin: KafkaAdminClient, configs: Mapping[str, dict[str, str]]) -> None:
+    """Set the given topic-level configs on existing topics (created by an older version)."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    admin.alter_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, name, configs=dict(values))
+         for name, values in configs.items()],
+        raise_on_unknown=False,
+    )
 
 
 def _configs(kafka: KafkaSettings, spec: TopicSpec) -> dict[str, str]:

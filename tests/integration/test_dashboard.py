@@ -27,6 +27,7 @@ import psutil
 import pytest
 from kafka import KafkaProducer
 
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import LateResult, SlaWindow
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from tests.integration.browser import Chromium, DevToolsPage, chromium_binary
@@ -133,7 +134,7 @@ def chromium(tmp_path: Path) -> Iterator[Callable[[str], Chromium]]:
 
 def produce(settings: Settings, topic: str,
             records: list[SlaWindow | LateResult | bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "tests"), acks="all")
     for record in records:
         if isinstance(record, SlaWindow | LateResult):
             producer.send(topic, key=record.pair.encode(), value=record.to_json())

@@ -44,9 +44,10 @@ import numpy as np
 import psutil
 import pytest
 from click.testing import CliRunner
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 
 from pipeline.cli import main
+from pipeline.kafka_clients import admin_client
 from pipeline.messages import (
     UNSUPPORTED_PAIR_REASON,
     LateResult,
@@ -57,6 +58,7 @@ from pipeline.messages import (
 from pipeline.settings import SlaSettings
 from pipeline.sla_history import read_history
 from pipeline.stack.manager import Endpoints
+from pipeline.stack.topics import TopicSpec, ensure_topics
 from pipeline.ticks import TickSource
 from tests.integration.helpers import TopicTail
 
@@ -327,10 +329,9 @@ def topics(stack: Endpoints) -> Iterator[dict[str, str]]:
     run = uuid.uuid4().hex[:8]
     names = {"results": (f"test.sla.{run}.results", 4), "ticks": (f"test.sla.{run}.ticks", 1),
              "windows": (f"test.sla.{run}.windows", 1), "late": (f"test.sla.{run}.late", 1)}
-    admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers)
-    admin.create_topics({n: {"num_partitions": p, "replication_factor": 1}
-                         for n, p in names.values()}, wait_for_metadata=True)
+    ensure_topics(stack.settings.kafka, {n: TopicSpec(p) for n, p in names.values()})
     yield {role: name for role, (name, _) in names.items()}
+    admin = admin_client(stack.settings.kafka, "tests")
     admin.delete_topics([name for name, _ in names.values()])
     admin.close()
 

@@ -20,14 +20,16 @@ from pathlib import Path
 from random import Random
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 
+from pipeline.kafka_clients import admin_client
 from pipeline.messages import UNSUPPORTED_PAIR_REASON, SlaWindow, TranslationResult
 from pipeline.settings import Settings, SparkClusterSettings, StackSettings
 from pipeline.sla_history import read_history
 from pipeline.stack import manager
 from pipeline.stack.manager import Endpoints
 from pipeline.stack.spark import spark_services
+from pipeline.stack.topics import TopicSpec, ensure_topics
 from pipeline.ticks import TickSource
 from tests.integration.helpers import TopicTail
 
@@ -124,10 +126,9 @@ def test_the_cluster_computes_what_local_mode_computes(
     run = uuid.uuid4().hex[:8]
     topics = {role: f"test.spark.{run}.{role}"
               for role in ("results", "ticks", "late", "local", "cluster")}
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics({name: {"num_partitions": 3 if role == "results" else 1,
-                                "replication_factor": 1} for role, name in topics.items()},
-                        wait_for_metadata=True)
+    ensure_topics(stack.settings.kafka, {name: TopicSpec(3 if role == "results" else 1)
+                                         for role, name in topics.items()})
+    admin = admin_client(stack.settings.kafka, "tests")
     try:
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
         for key, value in results(Random(11)):

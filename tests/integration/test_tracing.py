@@ -235,7 +235,8 @@ def test_worker_serves_prometheus_metrics(
     while True:
         text = scrape(port)
         after = sample(text, "babelstream_requests_total", pair="en_en-XA", status="ok")
-        lag = sample(text, "babelstream_consumer_lag", topic="translate.requests.en_en-XA")
+        lag = sample(text, "babelstream_consumer_committed_lag",
+                     topic="translate.requests.en_en-XA")
         if (after or 0) >= (before or 0) + 2 and lag is not None:
             break
         assert time.monotonic() < deadline, text
@@ -246,4 +247,5 @@ def test_worker_serves_prometheus_metrics(
     assert (sample(text, "babelstream_engine_tokens_per_second", pair="en_en-XA") or 0) > 0
     assert sample(text, "babelstream_engine_tokens_total", direction="output")
     assert sample(text, "babelstream_cache_errors_total") == 0
+    assert sample(text, "babelstream_worker_ready") == 1
     assert lag >= 0

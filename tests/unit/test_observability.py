@@ -16,9 +16,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from pipeline import metrics
 from pipeline.cache import RedisCache
-from pipeline.chain import BatchStats
 from pipeline.messages import TranslationResult
 from pipeline.settings import PROJECT_ROOT, ObservabilitySettings, RedisSettings, Settings
+from pipeline.steps.base import BatchStats
 from pipeline.tracing import (
     JsonLinesSpanExporter,
     extract_context,
@@ -62,13 +62,14 @@ class _FailingRedis:
 
 def test_metrics_endpoint_exposes_every_declared_metric() -> None:
     stats = BatchStats(size=3, engine_batches=[2], engine_texts=2, engine_seconds=0.5,
-                       engine_input_tokens=10, engine_output_tokens=20)
+                       engine_input_tokens=10, engine_output_tokens=20, attempts=3)
     metrics.record_batch("en_de", stats, [result(), result("timeout", None)], 0.6)
     metrics.record_route("routed")
-    metrics.set_consumer_lag({("translate.requests.en_de", 0): 7})
+    metrics.set_committed_lag("babelstream", {("translate.requests.en_de", 0): 7})
+    metrics.set_worker_ready(True)
     cache = RedisCache(RedisSettings(), client=_FailingRedis())  # type: ignore[arg-type]
     assert cache.get_many(["d1"]) == {}
-    tracker = metrics.CacheErrorTracker()
+    tracker = metrics.TotalTracker(metrics.CACHE_ERRORS)
     tracker.update(cache.errors)
     tracker.update(cache.errors)  # no growth, no increment
 
@@ -84,7 +85,10 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
         assert re.search(rf"^# TYPE {name} (counter|gauge|histogram)$", text, re.M), name
     assert 'babelstream_requests_total{cache="miss",pair="en_de",status="ok"}' in text
     assert 'babelstream_requests_total{cache="none",pair="en_de",status="timeout"}' in text
-    assert 'babelstream_consumer_lag{partition="0",topic="translate.requests.en_de"} 7.0' in text
+    assert ('babelstream_consumer_committed_lag{group="babelstream",partition="0",'
+            'topic="translate.requests.en_de"} 7.0') in text
+    assert re.search(r"^babelstream_worker_ready 1\.0$", text, re.M)
+    assert re.search(r'^babelstream_batch_retries_total\{pair="en_de"\} 2\.0$', text, re.M)
     assert re.search(r'^babelstream_engine_tokens_per_second\{pair="en_de"\} 40\.0$', text, re.M)
     assert re.search(r"^babelstream_cache_errors_total 1\.0$", text, re.M)
     # every exposed babelstream metric is declared in pipeline.metrics

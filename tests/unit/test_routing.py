@@ -1,12 +1,14 @@
-"""Router decisions: exactly one outgoing record per input."""
+"""Router decisions: one outgoing record per input, plus a reply for a dead letter's sender."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from pipeline.codec import RecordRef
-from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult
-from pipeline.routing import Router
+from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.routing import Outgoing, Router
 from pipeline.settings import LimitSettings
 
 REF = RecordRef("translate.requests", 0, 1)
@@ -19,8 +21,14 @@ def request(**changes: object) -> bytes:
     return json.dumps(doc).encode()
 
 
+def route_one(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
+              = None) -> Outgoing:
+    (out,) = ROUTER.route(key, value, REF, headers or [])
+    return out
+
+
 def test_valid_request_goes_to_pair_topic_keyed_by_digest() -> None:
-    out = ROUTER.route(b"en_en-XA", request(), REF, [("traceparent", b"00-x")])
+    out = route_one(b"en_en-XA", request(), [("traceparent", b"00-x")])
     assert (out.kind, out.topic) == ("routed", "translate.requests.en_en-XA")
     assert out.key is not None and len(out.key) == 32
     assert out.headers == [("traceparent", b"00-x")]
@@ -29,19 +37,19 @@ def test_valid_request_goes_to_pair_topic_keyed_by_digest() -> None:
 
 
 def test_same_text_same_key_other_tenant_other_key() -> None:
-    a = ROUTER.route(None, request(request_id="a"), REF, [])
-    b = ROUTER.route(None, request(request_id="b"), REF, [])
-    c = ROUTER.route(None, request(request_id="c", tenant="acme"), REF, [])
+    a = route_one(None, request(request_id="a"))
+    b = route_one(None, request(request_id="b"))
+    c = route_one(None, request(request_id="c", tenant="acme"))
     assert a.key == b.key != c.key
 
 
 def test_bulk_request_goes_to_bulk_topic() -> None:
-    out = ROUTER.route(None, request(job_id="j", doc_id="d", segment_index=3), REF, [])
+    out = route_one(None, request(job_id="j", doc_id="d", segment_index=3))
     assert out.topic == "translate.bulk.en_en-XA"
 
 
 def test_unsupported_pair_gets_error_result() -> None:
-    out = ROUTER.route(None, request(target_lang="de", request_id="x"), REF, [])
+    out = route_one(None, request(target_lang="de", request_id="x"))
     assert (out.kind, out.topic, out.key) == ("unsupported", "translate.results", b"x")
     result = TranslationResult.from_json(out.value)
     assert (result.status, result.reason) == ("error", "unsupported_pair")
@@ -49,11 +57,53 @@ def test_unsupported_pair_gets_error_result() -> None:
 
 
 def test_reply_to_is_honoured_for_error_results() -> None:
-    out = ROUTER.route(None, request(target_lang="de", reply_to="my.replies"), REF, [])
+    out = route_one(None, request(target_lang="de", reply_to="my.replies"))
     assert out.topic == "my.replies"
 
 
-def test_invalid_goes_to_dlq_with_original_key() -> None:
-    out = ROUTER.route(b"k", b"nope", REF, [])
+@pytest.mark.parametrize("value", [
+    b"nope", b"[1, 2]", b"\xff\xfe", None, request(request_id=""), request(request_id=7),
+    json.dumps({"text": "no id at all"}).encode(),
+])
+def test_invalid_without_usable_id_goes_to_dlq_only(value: bytes | None) -> None:
+    out = route_one(b"k", value)
     assert (out.kind, out.topic, out.key) == ("dead_letter", "translate.dlq", b"k")
+
+
+def test_invalid_goes_to_dlq_with_original_key_and_bytes() -> None:
+    out = route_one(b"k", b"nope")
     assert DeadLetter.from_json(out.value).value == "nope"
+
+
+def test_request_over_a_limit_is_dead_lettered_and_its_sender_told_why() -> None:
+    text = "é" * 9000  # 9,000 characters (under the schema's 16,384), 18,000 bytes of UTF-8
+    value = request(request_id="big", text=text, tenant="acme", reply_to="my.replies")
+    headers = [("traceparent", b"00-x")]
+    letter, reply = ROUTER.route(b"en_en-XA", value, REF, headers)
+    assert (letter.kind, letter.topic) == ("dead_letter", "translate.dlq")
+    assert DeadLetter.from_json(letter.value).reason == "limit_exceeded"
+    assert (reply.kind, reply.topic, reply.key, reply.headers) == (
+        "rejected", "my.replies", b"big", headers)
+    result = TranslationResult.from_json(reply.value)
+    assert (result.status, result.reason, result.pair, result.tenant) == (
+        "error", "limit_exceeded", "en_en-XA", "acme")
+    assert "18000 bytes" in (result.error or "")
+    assert result.submitted_at == 5 and result.latency_ms == result.completed_at - 5
+
+
+def test_invalid_fields_of_a_rejected_request_are_replaced_or_left_out() -> None:
+    before = now_ms()
+    value = request(request_id="bad", source_lang="english", submitted_at="yesterday",
+                    tenant="x" * 100, reply_to="not a topic!", job_id="j")
+    letter, reply = ROUTER.route(None, value, REF, [])
+    assert DeadLetter.from_json(letter.value).reason == "invalid"
+    result = TranslationResult.from_json(reply.value)
+    assert (result.source_lang, result.target_lang, result.pair) == ("und", "en-XA", "und_en-XA")
+    assert result.submitted_at >= before and result.latency_ms == 0  # its own time was invalid
+    assert (result.tenant, result.job_id, reply.topic) == (None, "j", "translate.results")
+    assert "source_lang" in (result.error or "") and result.reason == "invalid"
+
+
+def test_unsupported_version_with_an_id_is_answered() -> None:
+    _, reply = ROUTER.route(None, request(request_id="v2", schema_version=2), REF, [])
+    assert TranslationResult.from_json(reply.value).reason == "unsupported_version"

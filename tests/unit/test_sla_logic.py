@@ -312,6 +312,14 @@ def test_progress_tracker_counts_each_report_once() -> None:
     assert not tracker.idle(), "no idle limit: never idle"
 
 
+def test_progress_tracker_reports_input_rows_once() -> None:
+    seen: list[int] = []
+    tracker = ProgressTracker(on_input=seen.append)
+    tracker.observe([_report(0, 100), _report(1, 0)])
+    tracker.observe([_report(0, 100), _report(2, 50)])
+    assert seen == [100, 50]
+
+
 def test_input_rows_count_a_source_scanned_twice_once() -> None:
     kafka = {"description": "KafkaV2[Subscribe[r, t]]", "numInputRows": 500}
     assert input_rows({"numInputRows": 1000, "sources": [kafka, dict(kafka)]}) == 500

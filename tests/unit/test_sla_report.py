@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from datasketches import kll_doubles_sketch
 
 from pipeline.cli import main
-from pipeline.commands.sla import parse_instant, report_lines
+from pipeline.commands.sla import report_lines
 from pipeline.errors import ConfigError
 from pipeline.messages import LateResult, SlaWindow
 from pipeline.settings import InteractiveObjectives, SlaSettings
-from pipeline.sla import history_row
+from pipeline.sla import history_row, parse_instant
 from pipeline.sla_history import HISTORY_SCHEMA, period_report, read_history, recent_windows
 
 BASE = 1_700_000_000_000

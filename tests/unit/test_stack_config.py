@@ -11,6 +11,7 @@ from pipeline.errors import ContractError
 from pipeline.settings import KafkaSettings, Settings, StackSettings
 from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
+from pipeline.stack.layout import node_ports
 from pipeline.stack.redis import render_redis_conf
 from pipeline.stack.topics import topic_specs
 
@@ -21,7 +22,8 @@ def _props(text: str) -> dict[str, str]:
 
 def test_server_properties_single_kraft_node() -> None:
     settings = Settings(stack=StackSettings(kafka_port=19092, kafka_controller_port=19093))
-    props = _props(render_server_properties(settings, Path("/data/kafka")))
+    (node,) = node_ports(settings.stack)
+    props = _props(render_server_properties(settings, node, Path("/data/kafka")))
     assert props["process.roles"] == "broker,controller"
     assert props["controller.quorum.voters"] == f"{props['node.id']}@127.0.0.1:19093"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
@@ -35,10 +37,12 @@ def test_server_properties_single_kraft_node() -> None:
 
 
 def test_cluster_id_is_kafka_uuid_format() -> None:
-    cid = cluster_id()
+    cid = cluster_id("/var/babelstream:3:plaintext")
     assert len(cid) == 22 and "=" not in cid
     assert len(base64.urlsafe_b64decode(cid + "==")) == 16
-    assert cluster_id() != cid
+    # every node of one cluster gets the same id; another layout another one
+    assert cluster_id("/var/babelstream:3:plaintext") == cid
+    assert cluster_id("/var/babelstream:3:secure") != cid
 
 
 def test_redis_conf_foreground_loopback_with_marker(tmp_path: Path) -> None:

@@ -1,0 +1,171 @@
+"""Account for every acknowledged request id: results, duplicates, losses, commits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from kafka import KafkaConsumer, TopicPartition
+from pydantic import ValidationError
+
+from pipeline.kafka_clients import admin_client, kafka_python_options
+from pipeline.messages import TranslationResult, now_ms
+from pipeline.pairs import RESULTS_TOPIC
+from pipeline.settings import KafkaSettings
+
+
+class ResultTally:
+    """Every result whose request id starts with ``marker``, read from the topic's end now on.
+
+    Positions are fixed at construction, before any traffic, and a background
+    thread keeps reading until :meth:`close`, so results that arrive late or
+    twice are all counted.
+    """
+
+    def __init__(self, kafka: KafkaSettings, marker: str, topic: str = RESULTS_TOPIC) -> None:
+        self._marker = marker
+        self._consumer = KafkaConsumer(
+            **kafka_python_options(kafka, "drill-results"), group_id=None,
+            enable_auto_commit=False,
+        )
+        partitions = self._consumer.partitions_for_topic(topic) or set()
+        if not partitions:
+            raise RuntimeError(f"topic {topic} does not exist (is the stack up?)")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        self._consumer.assign(tps)
+        self._consumer.seek_to_end(*tps)
+        for tp in tps:
+            self._consumer.position(tp)
+        self._lock = threading.Lock()
+        self.results: dict[str, list[TranslationResult]] = defaultdict(list)
+        # local receive time (epoch ms) of each id's first result
+        self.first_seen_ms: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="drill-tally", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for records in self._consumer.poll(timeout_ms=200).values():
+                for record in records:
+                    try:
+                        result = TranslationResult.from_json(record.value)
+                    except ValidationError:
+                        continue
+                    if result.request_id.startswith(self._marker):
+                        with self._lock:
+                            self.results[result.request_id].append(result)
+                            self.first_seen_ms.setdefault(result.request_id, now_ms())
+
+    def wait_for(self, ids: Iterable[str], timeout_s: float) -> bool:
+        """Block until each id has a result, or the timeout; True when all arrived."""
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if wanted <= self.results.keys():
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def snapshot(self) -> dict[str, list[TranslationResult]]:
+        with self._lock:
+            return {rid: list(results) for rid, results in self.results.items()}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+    def __enter__(self) -> ResultTally:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What became of the acknowledged requests of one drill."""
+
+    acked: int
+    answered: int
+    missing: list[str]
+    duplicates: int
+    statuses: dict[str, int]
+    error_results: int
+    p50_ms: float
+    p99_ms: float
+    # P99 of requests sent while the fault was active (None: no fault window given)
+    p99_during_fault_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["missing"] = len(self.missing)
+        data["missing_ids"] = self.missing[:20]
+        return data
+
+
+def reconcile(
+    acked: Mapping[str, int],
+    results: Mapping[str, list[TranslationResult]],
+    fault_window_ms: tuple[int, int] | None = None,
+) -> Reconciliation:
+    """Join acknowledged ids (id -> send time) with their results."""
+    answered = [rid for rid in acked if rid in results]
+    firsts = [results[rid][0] for rid in answered]
+    latencies = np.array([r.latency_ms for r in firsts], dtype=float)
+    during: float | None = None
+    if fault_window_ms is not None:
+        start, end = fault_window_ms
+        hit = [r.latency_ms for r in firsts if start <= acked[r.request_id] <= end]
+        during = _percentile(np.array(hit, dtype=float), 99)
+    all_results = [r for rid in answered for r in results[rid]]
+    return Reconciliation(
+        acked=len(acked),
+        answered=len(answered),
+        missing=sorted(rid for rid in acked if rid not in results),
+        duplicates=len(all_results) - len(answered),
+        statuses=dict(Counter(r.status for r in firsts)),
+        error_results=sum(r.status == "error" for r in all_results),
+        p50_ms=_percentile(latencies, 50),
+        p99_ms=_percentile(latencies, 99),
+        p99_during_fault_ms=during,
+    )
+
+
+def _percentile(values: np.ndarray, q: float) -> float:
+    return round(float(np.percentile(values, q)), 1) if len(values) else float("nan")
+
+
+def committed_lag(kafka: KafkaSettings, group: str, topics: Iterable[str]) -> dict[str, int]:
+    """Per topic, records not yet committed by ``group`` (log end - committed offset).
+
+    A partition the group never committed counts from the log start.
+    """
+    admin = admin_client(kafka, "drill-lag")
+    consumer = KafkaConsumer(**kafka_python_options(kafka, "drill-lag"), group_id=None)
+    try:
+        committed = {
+            (tp.topic, tp.partition): meta.offset
+            for tp, meta in admin.list_group_offsets({group: None})[group].items()
+        }
+        lag: dict[str, int] = {}
+        for topic in topics:
+            tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+            ends = consumer.end_offsets(tps)
+            starts = consumer.beginning_offsets(tps)
+            lag[topic] = sum(
+                ends[tp] - max(committed.get((tp.topic, tp.partition), -1), starts[tp])
+                for tp in tps
+            )
+        return lag
+    finally:
+        consumer.close()
+        admin.close()

@@ -1,0 +1,177 @@
+"""What every step of the hot path shares: the micro-batch, its items and the failure classes.
+
+A micro-batch flows through a list of steps composed in one place
+(``pipeline/steps/chains.py``). Each step reads the batch, resolves some of its
+*pending* items and leaves the rest for the next step. Two failure classes are
+kept apart everywhere:
+
+* *input-caused*: the fault belongs to one request (undecodable, invalid, over
+  a limit, a text the engine cannot translate even alone). The step resolves
+  that item only, as a dead letter or an ``error`` result, and carries on.
+* *transient*: the fault belongs to the infrastructure (Kafka, the dedup
+  table, the engine as a whole). The step raises :class:`TransientError`; the
+  runner retries the whole batch with backoff and nothing is committed past it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pipeline.errors import EXIT_TEMPFAIL, BabelStreamError
+from pipeline.messages import (
+    CacheLevel,
+    DeadLetter,
+    Headers,
+    Status,
+    TranslationRequest,
+    TranslationResult,
+    now_ms,
+)
+from pipeline.pairs import Pair
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+    from pipeline.cache import CachedTranslation
+
+
+class TransientError(BabelStreamError):
+    """An infrastructure fault: retry the batch later; never a result for the request."""
+
+
+class RetryBudgetExhausted(BabelStreamError):
+    """Transient faults outlasted the retry budget: the worker must exit and rebalance."""
+
+    exit_code = EXIT_TEMPFAIL
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record as consumed: where it came from and its raw bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One record to produce; ``kind`` says what it is, for metrics (result, dead_letter,
+    routed, unsupported)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    kind: str = "result"
+
+
+@dataclass(slots=True)
+class Item:
+    """One record of a micro-batch and what the steps decided for it so far.
+
+    Pending until it holds a ``result`` or a ``dead_letter``. On the way,
+    ``translation``/``cache`` (found or translated) or ``error``/``reason``
+    (an input-caused failure) are filled in, and ``leader`` points to an
+    earlier item of the same batch with the same digest (in-batch dedup).
+    """
+
+    record: Record
+    request: TranslationRequest | None = None
+    digest: str | None = None
+    leader: Item | None = None
+    translation: CachedTranslation | None = None
+    cache: CacheLevel | None = None
+    error: str | None = None
+    reason: str | None = None
+    engine_batch_size: int | None = None
+    result: TranslationResult | None = None
+    dead_letter: DeadLetter | None = None
+    span: Span | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.result is None and self.dead_letter is None
+
+    @property
+    def unanswered(self) -> bool:
+        """Pending, not a copy of another item, and nothing found or failed yet."""
+        return (
+            self.pending and self.leader is None and self.translation is None
+            and self.error is None
+        )
+
+
+@dataclass
+class BatchStats:
+    """What one micro-batch did, for metrics, the stats page and benchmarks."""
+
+    size: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    by_cache: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    engine_texts: int = 0
+    engine_batches: list[int] = field(default_factory=list)
+    padding_ratio: float = 0.0
+    # time inside the engine and the tokens it read / wrote (for tokens/s)
+    engine_seconds: float = 0.0
+    engine_input_tokens: int = 0
+    engine_output_tokens: int = 0
+    attempts: int = 1
+
+
+@dataclass
+class Batch:
+    """One micro-batch of one topic of one pair, as the steps see it."""
+
+    items: list[Item]
+    pair: Pair | None
+    model_id: str
+    worker: str
+    clock: Callable[[], int] = now_ms
+    started_at: int = 0
+    began: float = field(default_factory=time.perf_counter)
+    stats: BatchStats = field(default_factory=BatchStats)
+    outgoing: list[Outgoing] = field(default_factory=list)
+    # a span for the whole batch (linked to every request), set by the tracing step
+    span: Span | None = None
+
+    def __post_init__(self) -> None:
+        self.started_at = self.started_at or self.clock()
+        self.stats.size = len(self.items)
+
+    @classmethod
+    def of(cls, records: list[Record], *, pair: Pair | None, model_id: str,
+           worker: str) -> Batch:
+        """A fresh batch of pending items, one per record."""
+        return cls([Item(record) for record in records], pair, model_id, worker)
+
+    def pending(self) -> list[Item]:
+        return [item for item in self.items if item.pending]
+
+    def unanswered(self) -> list[Item]:
+        return [item for item in self.items if item.unanswered]
+
+    def resolve(self, item: Item, status: Status, **fields: Any) -> None:
+        """Give ``item`` its one result (it must carry a decoded request)."""
+        assert item.request is not None, "only decoded requests get results"
+        item.result = TranslationResult.for_request(
+            item.request, status=status, completed_at=self.clock(), worker=self.worker,
+            started_at=self.started_at, **fields,
+        )
+
+
+class Step(Protocol):
+    """One stage of the hot path: resolves some pending items of the batch in place.
+
+    Raises :class:`TransientError` for infrastructure faults; never raises for
+    a bad request (that request is resolved instead).
+    """
+
+    async def __call__(self, batch: Batch) -> None: ...

@@ -1,0 +1,54 @@
+"""The hot paths, composed in one place: read them top to bottom."""
+
+from __future__ import annotations
+
+from pipeline.cache import TwoLevelCache
+from pipeline.routing import Router
+from pipeline.settings import LimitSettings
+from pipeline.steps.base import Step
+from pipeline.steps.cache import CacheLookup
+from pipeline.steps.deadline import Deadline
+from pipeline.steps.decode import Decode
+from pipeline.steps.dedup import InBatchDedup
+from pipeline.steps.emit import Emit
+from pipeline.steps.engine import EngineRunner, Translate
+from pipeline.steps.observe import Observe, StatsSink
+from pipeline.steps.publish import Producer, Publish
+from pipeline.steps.resolve import Resolve
+from pipeline.steps.route import Route
+from pipeline.steps.store import Store
+from pipeline.steps.trace import CloseSpans, OpenSpans
+from pipeline.steps.window import DedupWindow, WindowLookup
+
+
+def translation_steps(
+    *,
+    limits: LimitSettings,
+    window: DedupWindow,
+    cache: TwoLevelCache,
+    engine: EngineRunner,
+    producer: Producer,
+    totals: StatsSink,
+    compute_type: str,
+) -> list[Step]:
+    """A translation agent's micro-batch: one result (or dead letter) per record."""
+    return [
+        Decode(limits),
+        OpenSpans(compute_type),
+        Deadline(limits.default_timeout_ms),
+        InBatchDedup(),
+        WindowLookup(window),
+        CacheLookup(cache),
+        Translate(engine),
+        Store(cache, window),
+        Resolve(),
+        Emit(),
+        Publish(producer),
+        CloseSpans(compute_type),
+        Observe(totals),
+    ]
+
+
+def routing_steps(*, router: Router, producer: Producer, totals: StatsSink) -> list[Step]:
+    """The router's micro-batch: every ingress record to where it belongs."""
+    return [Route(router), Publish(producer), Observe(totals)]

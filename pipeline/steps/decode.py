@@ -1,0 +1,39 @@
+"""decode: raw record → validated request and its digest, or a dead letter."""
+
+from __future__ import annotations
+
+from pipeline.codec import Accepted, RecordRef, dead_letter, decode_request
+from pipeline.routing import request_digest
+from pipeline.settings import LimitSettings
+from pipeline.steps.base import Batch
+
+
+class Decode:
+    """Reads each pending item's bytes; resolves undecodable or invalid ones as dead letters.
+
+    Reads: ``record``. Sets: ``request`` and ``digest`` (model, pair, tenant,
+    domain, full text). Resolves: dead letters (input-caused), including a
+    request for another pair than the topic's (someone bypassed the router).
+    Raises: nothing.
+    """
+
+    def __init__(self, limits: LimitSettings) -> None:
+        self._limits = limits
+
+    async def __call__(self, batch: Batch) -> None:
+        for item in batch.pending():
+            record = item.record
+            ref = RecordRef(record.topic, record.partition, record.offset)
+            decoded = decode_request(record.key, record.value, ref, self._limits)
+            if not isinstance(decoded, Accepted):
+                item.dead_letter = decoded.dead_letter
+                continue
+            request = decoded.request
+            if batch.pair is not None and request.pair != batch.pair:
+                item.dead_letter = dead_letter(
+                    ref, record.key, record.value, "invalid",
+                    f"a {request.pair.id} request on the work topic of {batch.pair.id}",
+                )
+                continue
+            item.request = request
+            item.digest = request_digest(request, batch.model_id)

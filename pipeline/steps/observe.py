@@ -1,0 +1,39 @@
+"""observe: count what a finished batch did (Prometheus metrics and the stats page)."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from pipeline import metrics
+from pipeline.steps.base import Batch, BatchStats
+
+
+class StatsSink(Protocol):
+    """Running totals a worker serves on its stats page."""
+
+    def record(self, stats: BatchStats) -> None: ...
+
+    def routed(self, kind: str) -> None: ...
+
+
+class Observe:
+    """Records the batch in metrics and in the worker's running totals.
+
+    Reads: results, outgoing kinds and stats. Raises: nothing.
+    """
+
+    def __init__(self, totals: StatsSink) -> None:
+        self._totals = totals
+
+    async def __call__(self, batch: Batch) -> None:
+        if batch.pair is None:  # the router's batch: count outgoing records by kind
+            for out in batch.outgoing:
+                self._totals.routed(out.kind)
+                metrics.record_route(out.kind)
+            return
+        results = [item.result for item in batch.items if item.result is not None]
+        metrics.record_batch(
+            batch.pair.id, batch.stats, results, time.perf_counter() - batch.began
+        )
+        self._totals.record(batch.stats)

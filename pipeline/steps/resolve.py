@@ -1,0 +1,47 @@
+"""resolve: turn what the steps found into exactly one result per request."""
+
+from __future__ import annotations
+
+from pipeline.steps.base import Batch, Item
+
+
+class Resolve:
+    """Gives every pending decoded item its result.
+
+    Reads: ``translation``/``cache`` or ``error``/``reason``; copies take their
+    leader's outcome (cache level ``window``: answered by in-batch dedup).
+    Resolves: ``ok`` and ``error`` results. Raises: nothing.
+    """
+
+    async def __call__(self, batch: Batch) -> None:
+        for item in batch.pending():
+            if item.request is None:
+                continue
+            source = item.leader or item
+            if source.translation is not None:
+                value = source.translation
+                batch.resolve(
+                    item, "ok", translation=value.text, model=value.model,
+                    cache="window" if item.leader else source.cache,
+                    batch_size=source.engine_batch_size,
+                    input_tokens=value.input_tokens, output_tokens=value.output_tokens,
+                )
+            else:
+                batch.resolve(
+                    item, "error", error=source.error or "not translated",
+                    reason=source.reason, model=batch.model_id,
+                    batch_size=source.engine_batch_size,
+                )
+        _count(batch, batch.items)
+
+
+def _count(batch: Batch, items: list[Item]) -> None:
+    stats = batch.stats
+    for item in items:
+        if item.dead_letter is not None:
+            stats.dead_letters += 1
+        elif item.result is not None:
+            result = item.result
+            stats.by_status[result.status] = stats.by_status.get(result.status, 0) + 1
+            if result.status == "ok" and result.cache:
+                stats.by_cache[result.cache] = stats.by_cache.get(result.cache, 0) + 1

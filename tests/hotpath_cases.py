@@ -1,0 +1,247 @@
+"""Batch-level cases of the translation hot path, run against two backends.
+
+One contract suite: ``tests/unit/test_hotpath.py`` runs every case with an
+in-memory producer and Redis fake, ``tests/integration/test_hotpath_kafka.py``
+with a real Kafka producer and the real Redis of the local stack. The steps
+and the runner are the worker's own (``pipeline/steps/chains.py``); only
+Faust is left out (its table is replaced by an in-memory window).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pipeline.cache import CachedTranslation, LruCache, RedisCache, TwoLevelCache
+from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.translator import Translation
+from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.pairs import Pair, pair_topic
+from pipeline.routing import request_digest
+from pipeline.scheduling import INTERACTIVE, PriorityGate
+from pipeline.settings import LimitSettings
+from pipeline.steps.base import Batch, Item, Outgoing, Record, RetryBudgetExhausted
+from pipeline.steps.chains import translation_steps
+from pipeline.steps.engine import EngineRunner
+from pipeline.steps.publish import Producer
+from pipeline.steps.runner import BatchRunner, RetryPolicy
+from workers.stats import WorkerStats
+
+PAIR = Pair("en", "en-XA")
+MODEL = "fake-model@1"
+
+
+class FakeTranslator:
+    """Upper-cases text; fails on texts containing ``poison``; scripted engine faults."""
+
+    model_id = MODEL
+
+    def __init__(self, faults: Sequence[Exception] = ()) -> None:
+        self.calls: list[list[str]] = []
+        self._faults = list(faults)
+
+    def count_tokens(self, text: str, pair: Pair) -> int:
+        return len(text.split())
+
+    def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
+        self.calls.append(list(texts))
+        if self._faults:
+            raise self._faults.pop(0)
+        if any("poison" in t for t in texts):
+            raise ValueError("the engine cannot take this input")
+        return [Translation(t.upper(), len(t.split()), len(t.split())) for t in texts]
+
+    async def translate_batch_async(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
+        return self.translate_batch(texts, pair)
+
+    @property
+    def texts(self) -> list[str]:
+        return [t for call in self.calls for t in call]
+
+
+class MemoryWindow:
+    """The dedup window as a dict (the worker's is a Faust windowed table)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, CachedTranslation] = {}
+
+    def get(self, item: Item) -> CachedTranslation | None:
+        return self.entries.get(item.digest or "")
+
+    def put(self, item: Item, value: CachedTranslation) -> None:
+        self.entries[item.digest or ""] = value
+
+
+class Backend(Protocol):
+    """Where published records go and what backs the L2 cache."""
+
+    producer: Producer
+    l2: RedisCache
+
+    async def published(self, marker: str, expected: int) -> list[Outgoing]: ...
+
+    def write_raw(self, key: str, value: bytes) -> None:
+        """Store raw bytes in the L2 store, bypassing the cache (to corrupt an entry)."""
+        ...
+
+
+@dataclass
+class Harness:
+    """One agent's runner over a backend, with the fakes it uses."""
+
+    backend: Backend
+    translator: FakeTranslator = field(default_factory=FakeTranslator)
+    window: MemoryWindow = field(default_factory=MemoryWindow)
+    marker: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    budget_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.cache = TwoLevelCache(LruCache(1000), self.backend.l2)
+        self.stats = WorkerStats()
+        engine = EngineRunner(self.translator, TokenBudgetBatcher(64), PriorityGate(),
+                              INTERACTIVE)
+        steps = translation_steps(
+            limits=LimitSettings(), window=self.window, cache=self.cache, engine=engine,
+            producer=self.backend.producer, totals=self.stats, compute_type="int8",
+        )
+        self.runner = BatchRunner(
+            steps,
+            functools.partial(Batch.of, pair=PAIR, model_id=MODEL, worker="test"),
+            RetryPolicy(initial_s=0.01, max_s=0.05, budget_s=self.budget_s),
+        )
+
+    def request(self, i: int, text: str, **fields: Any) -> TranslationRequest:
+        values: dict[str, Any] = {
+            "request_id": f"{self.marker}-{i}", "source_lang": "en", "target_lang": "en-XA",
+            "text": text, "submitted_at": now_ms(), "timeout_ms": 60_000,
+            # a tenant per harness: cache entries of earlier runs (real Redis) never answer
+            "tenant": self.marker, **fields,
+        }
+        return TranslationRequest(**values)
+
+    def records(self, values: Sequence[TranslationRequest | bytes]) -> list[Record]:
+        out = []
+        for offset, value in enumerate(values):
+            if isinstance(value, TranslationRequest):
+                key = request_digest(value, MODEL).encode()
+                out.append(Record(pair_topic(PAIR), 0, offset, key, value.to_json()))
+            else:
+                out.append(Record(pair_topic(PAIR), 0, offset, self.marker.encode(), value))
+        return out
+
+    async def run(self, values: Sequence[TranslationRequest | bytes]) -> Batch:
+        return await self.runner.run(self.records(values))
+
+    async def results(self, expected: int) -> dict[str, TranslationResult]:
+        """Published results by request id (exactly one each)."""
+        by_id: dict[str, TranslationResult] = {}
+        for out in await self.backend.published(self.marker, expected):
+            if out.kind == "result":
+                result = TranslationResult.from_json(out.value)
+                assert result.request_id not in by_id, "one result per request"
+                by_id[result.request_id] = result
+        return by_id
+
+    async def dead_letters(self, expected: int) -> list[DeadLetter]:
+        return [DeadLetter.from_json(o.value)
+                for o in await self.backend.published(self.marker, expected)
+                if o.kind == "dead_letter"]
+
+
+Case = Callable[[Harness], Awaitable[None]]
+
+
+async def identical_texts_are_translated_once(h: Harness) -> None:
+    batch = await h.run([h.request(0, "good morning"), h.request(1, "good night"),
+                         h.request(2, "good morning")])
+    assert h.translator.texts.count("good morning") == 1
+    results = await h.results(3)
+    assert [results[f"{h.marker}-{i}"].translation for i in range(3)] == [
+        "GOOD MORNING", "GOOD NIGHT", "GOOD MORNING"]
+    assert [results[f"{h.marker}-{i}"].cache for i in range(3)] == ["miss", "miss", "window"]
+    assert batch.stats.by_status == {"ok": 3}
+
+
+async def bad_input_is_a_dead_letter_and_the_rest_is_translated(h: Harness) -> None:
+    wrong_pair = json.dumps({**json.loads(h.request(2, "x").to_json()),
+                             "target_lang": "de"}).encode()
+    await h.run([h.request(0, "one"), b"{" + h.marker.encode(), wrong_pair,
+                 h.request(3, "two")])
+    assert set(await h.results(4)) == {f"{h.marker}-0", f"{h.marker}-3"}
+    letters = await h.dead_letters(4)
+    assert sorted(letter.reason for letter in letters) == ["invalid", "not_json"]
+    assert all(letter.value and h.marker in letter.value for letter in letters)
+
+
+async def expired_requests_time_out_without_the_engine(h: Harness) -> None:
+    await h.run([h.request(0, "too late", submitted_at=now_ms() - 120_000, timeout_ms=1000)])
+    (result,) = (await h.results(1)).values()
+    assert result.status == "timeout"
+    assert h.translator.calls == []
+
+
+async def a_poison_input_fails_alone(h: Harness) -> None:
+    await h.run([h.request(0, "fine"), h.request(1, "poison pill"), h.request(2, "also fine")])
+    results = await h.results(3)
+    assert results[f"{h.marker}-1"].status == "error"
+    assert results[f"{h.marker}-1"].reason == "engine_rejected"
+    assert {results[f"{h.marker}-{i}"].status for i in (0, 2)} == {"ok"}
+
+
+async def an_engine_fault_is_retried_not_published(h: Harness) -> None:
+    h.translator = FakeTranslator([RuntimeError("CUDA failed: out of memory")] * 2)
+    h.__post_init__()
+    batch = await h.run([h.request(0, "hello"), h.request(1, "world")])
+    results = await h.results(2)
+    assert {r.status for r in results.values()} == {"ok"}, "transient faults are no results"
+    assert batch.stats.attempts == 3
+
+
+async def a_broken_engine_gives_up_without_results(h: Harness) -> None:
+    """Every text fails, and so does the canary: the engine is at fault, not the input."""
+    h.translator = FakeTranslator([ValueError("engine broken")] * 10_000)
+    h.budget_s = 0.3
+    h.__post_init__()
+    try:
+        await h.run([h.request(0, "hello"), h.request(1, "world")])
+    except RetryBudgetExhausted:
+        pass
+    else:
+        raise AssertionError("a broken engine must exhaust the retry budget")
+    assert await h.backend.published(h.marker, 0) == []
+
+
+async def a_corrupt_cache_entry_is_a_miss(h: Harness) -> None:
+    request = h.request(0, "cached once")
+    digest = request_digest(request, MODEL)
+    h.backend.write_raw(h.backend.l2.key(digest), b"\xff not json")
+    await h.run([request])
+    (result,) = (await h.results(1)).values()
+    assert (result.status, result.cache, result.translation) == ("ok", "miss", "CACHED ONCE")
+    assert h.backend.l2.corrupt == 1
+
+
+async def the_second_level_cache_answers(h: Harness) -> None:
+    request = h.request(0, "remembered elsewhere")
+    h.backend.l2.put_many({request_digest(request, MODEL): CachedTranslation(
+        "FROM L2", MODEL, 2, 2)})
+    await h.run([request])
+    (result,) = (await h.results(1)).values()
+    assert (result.cache, result.translation) == ("l2", "FROM L2")
+    assert h.translator.calls == []
+
+
+CASES: list[Case] = [
+    identical_texts_are_translated_once,
+    bad_input_is_a_dead_letter_and_the_rest_is_translated,
+    expired_requests_time_out_without_the_engine,
+    a_poison_input_fails_alone,
+    an_engine_fault_is_retried_not_published,
+    a_broken_engine_gives_up_without_results,
+    a_corrupt_cache_entry_is_a_miss,
+    the_second_level_cache_answers,
+]

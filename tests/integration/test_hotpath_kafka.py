@@ -1,0 +1,96 @@
+"""The hot path's batch-level cases against the real Kafka and Redis of the local stack.
+
+The same cases as ``tests/unit/test_hotpath.py``: what the unit suite proves
+with fakes must hold with a real producer (acks=all, results and dead letters
+read back from their topics) and a real Redis behind the L2 cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+import redis
+from kafka.errors import KafkaError
+
+from pipeline.cache import RedisCache
+from pipeline.client import reliable_producer
+from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC
+from pipeline.settings import Settings, load_settings
+from pipeline.steps.base import Outgoing, TransientError
+from tests.hotpath_cases import CASES, Case, Harness
+from tests.integration.helpers import TopicTail
+
+pytestmark = pytest.mark.integration
+
+
+class KafkaProducer:
+    """A real producer behind the hot path's Producer protocol (kafka-python, acks=all)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._producer = reliable_producer(settings.kafka, "hotpath-test")
+        self._timeout_s = settings.worker.produce_timeout_s
+
+    async def send_all(self, records: Sequence[Outgoing]) -> None:
+        def send() -> None:
+            futures = [self._producer.send(r.topic, key=r.key, value=r.value,
+                                           headers=r.headers) for r in records]
+            self._producer.flush(self._timeout_s)
+            for future in futures:
+                future.get(timeout=self._timeout_s)
+
+        try:
+            await asyncio.to_thread(send)
+        except KafkaError as exc:
+            raise TransientError(f"producing failed: {exc}") from exc
+
+    def close(self) -> None:
+        self._producer.close(timeout=10)
+
+
+class KafkaBackend:
+    def __init__(self, settings: Settings) -> None:
+        self.producer = KafkaProducer(settings)
+        self.l2 = RedisCache(settings.redis)
+        self._redis = redis.Redis.from_url(settings.redis.url)
+        bootstrap = settings.kafka.bootstrap_servers
+        self._tails = [TopicTail(bootstrap, RESULTS_TOPIC), TopicTail(bootstrap, DLQ_TOPIC)]
+
+    async def published(self, marker: str, expected: int) -> list[Outgoing]:
+        def ours() -> list[Outgoing]:
+            found = []
+            for tail, kind in zip(self._tails, ("result", "dead_letter"), strict=True):
+                for record in tail.drain(quiet_s=0.5):
+                    if marker.encode() in (record.value or b""):
+                        found.append(Outgoing(tail.topic, record.key, record.value,
+                                              list(record.headers), kind))
+            return found
+
+        deadline = time.monotonic() + 30
+        found = await asyncio.to_thread(ours)
+        while len(found) < expected and time.monotonic() < deadline:
+            found = await asyncio.to_thread(ours)
+        return found
+
+    def write_raw(self, key: str, value: bytes) -> None:
+        self._redis.set(key, value, ex=60)
+
+    def close(self) -> None:
+        self.producer.close()
+        for tail in self._tails:
+            tail.close()
+        self._redis.close()
+
+
+@pytest.fixture
+def backend(stack: object) -> Iterator[KafkaBackend]:
+    b = KafkaBackend(load_settings())
+    yield b
+    b.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
+def test_case(case: Case, backend: KafkaBackend) -> None:
+    asyncio.run(case(Harness(backend)))

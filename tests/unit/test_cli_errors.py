@@ -1,0 +1,231 @@
+"""Ordinary mistakes and absent services: one line on stderr, an exit code, no traceback.
+
+Kafka is pointed at a port nothing listens on, so these tests need no
+services: a command that got past its checks would fail with 69, not hang.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from pipeline.cli import main
+from pipeline.errors import EXIT_UNAVAILABLE, EXIT_USAGE
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+NO_KAFKA = f"127.0.0.1:{_closed_port()}"
+ENV = {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": NO_KAFKA}
+TRANSLATE = ["translate", "--src", "en", "--tgt", "en-XA"]
+SUBMIT = ["submit", "--src", "en", "--tgt", "en-XA"]
+
+
+def run(args: list[str], env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, args, env={**ENV, **(env or {})})
+
+
+def one_line(result: Result, code: int) -> str:
+    """The single stderr line of a failed command (and nothing on stdout)."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert lines[0].startswith("Error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A port something already listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], ["--src", "english", "BCP-47"]),
+        ([*TRANSLATE, "--timeout", "0", "hi"], ["--timeout", "0 s", "100..3600000 ms"]),
+        ([*TRANSLATE, "--timeout", "-1", "hi"], ["--timeout", "-1 s"]),
+        ([*SUBMIT, "--timeout-ms", "50", "hi"], ["--timeout-ms", "50 ms", "100..3600000"]),
+        ([*SUBMIT, "--file", "/no/such/file"], ["--file", "/no/such/file", "does not exist"]),
+        ([*TRANSLATE, "--tenant", "t" * 65, "hi"], ["--tenant", "1 to 64 characters"]),
+        ([*TRANSLATE, "x" * 16_385], ["text 1", "at most 16384 characters"]),
+        # under the schema's 16,384 characters, over the 16 KiB UTF-8 limit: refused before sending
+        (
+            [*TRANSLATE, "é" * 15_200],
+            ["text 1", "30400 bytes of UTF-8", "16384", "nothing was sent"],
+        ),
+        ([*SUBMIT], ["give TEXT arguments or --file"]),
+        (["results"], ["REQUEST_IDS"]),
+        (["results", "r-1", "--since", "yesterday"], ["--since", "yesterday"]),
+        (
+            ["worker", "--router-only", "--no-router"],
+            ["--router-only", "--no-router", "contradict"],
+        ),
+        (["worker", "--no-router", "--router-only"], ["contradict"]),
+        (["worker", "--pairs", "en_de"], ["en_de", "registry.toml", "en_en-XA"]),
+        (["dashboard", "--port", "99999"], ["--port", "99999", "65535"]),
+        (["translat"], ["No such command", "translat"]),
+        (
+            ["bulk", "run", "/no/such/corpus", "--src", "en", "--tgt", "de", "-o", "x.parquet"],
+            ["/no/such/corpus", "does not exist"],
+        ),
+    ],
+)
+def test_ordinary_mistakes(args: list[str], words: list[str]) -> None:
+    line = one_line(run(args), EXIT_USAGE)
+    for word in words:
+        assert word in line, line
+
+
+def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    latin1 = tmp_path / "texts.txt"
+    latin1.write_bytes("café\n".encode("latin-1"))
+    line = one_line(run([*SUBMIT, "--file", str(latin1)]), EXIT_USAGE)
+    assert "--file" in line and "not UTF-8" in line
+
+
+def test_a_dashboard_port_in_use(listening: int) -> None:
+    line = one_line(run(["dashboard", "--port", str(listening)]), EXIT_USAGE)
+    assert f"127.0.0.1:{listening}" in line and "--port" in line
+
+
+@pytest.mark.parametrize(
+    ("variable", "closest"),
+    [
+        ("BABELSTREAM_KAFKA__BOOTSTRAP_SERVER", "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS"),
+        ("BABELSTREAM_OBSERVABILITY__CONSOLE_SPANS", "BABELSTREAM_OBSERVABILITY__CONSOLE_EXPORTER"),
+        ("BABELSTREAM_WORKR__WEB_PORT", "BABELSTREAM_WORKER__WEB_PORT"),
+    ],
+)
+def test_a_misspelled_setting_names_the_closest(variable: str, closest: str) -> None:
+    line = one_line(run(["models", "list"], env={variable: "1"}), EXIT_USAGE)
+    assert f"unknown setting {variable}; did you mean {closest}?" in line
+
+
+def test_an_invalid_setting_names_its_variable() -> None:
+    line = one_line(
+        run(["models", "list"], env={"BABELSTREAM_KAFKA__REQUEST_TIMEOUT_MS": "soon"}), EXIT_USAGE
+    )
+    assert "BABELSTREAM_KAFKA__REQUEST_TIMEOUT_MS=soon" in line and "integer" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*TRANSLATE, "hi"],
+        [*SUBMIT, "hi"],
+        ["results", "r-1"],
+        ["dashboard", "--port", "0"],
+        ["sla", "--until-idle", "1s"],
+        ["bench", "e2e", "--requests", "1"],
+        ["bench", "sla", "--results", "1"],
+    ],
+)
+def test_kafka_down_is_one_line_within_seconds(args: list[str]) -> None:
+    started = time.monotonic()
+    line = one_line(run(args), EXIT_UNAVAILABLE)
+    assert time.monotonic() - started < 10
+    assert f"Kafka is not reachable at {NO_KAFKA}" in line and "babelstream up" in line
+
+
+def test_bulk_run_with_kafka_down(tmp_path: Path) -> None:
+    corpus = tmp_path / "doc.txt"
+    corpus.write_text("Hello world.\n", encoding="utf-8")
+    args = f"bulk run {corpus} --src en --tgt en-XA -o {tmp_path / 'out.parquet'}"
+    result = run(args.split(), env={"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")})
+    assert result.exit_code == EXIT_UNAVAILABLE, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: Kafka is not reachable")
+    assert "Traceback" not in result.output
+
+
+def test_an_unreachable_spark_master(listening: int) -> None:
+    # Kafka "answers" (something listens), the spark:// master does not
+    result = run(
+        ["bulk", "spark-assemble", "--job-id", "j", "-o", "out", "--master", f"spark://{NO_KAFKA}"],
+        env={"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{listening}"},
+    )
+    line = one_line(result, EXIT_UNAVAILABLE)
+    assert f"Spark master spark://{NO_KAFKA} is not reachable" in line
+
+
+def test_verbose_adds_the_traceback() -> None:
+    result = run(["-v", *TRANSLATE, "hi"])
+    assert result.exit_code == EXIT_UNAVAILABLE
+    assert "Traceback" in result.stderr and "ServiceUnavailable" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: Kafka is not reachable")
+
+
+def test_help_still_exits_zero() -> None:
+    result = run(["translate", "--help"])
+    assert result.exit_code == 0 and "--tenant" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code", "words"),
+    [
+        (
+            ["models", "list"],
+            {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVER": "x"},
+            EXIT_USAGE,
+            ["did you mean BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS?"],
+        ),
+        ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], {}, EXIT_USAGE, ["BCP-47"]),
+        ([*TRANSLATE, "hi"], {}, EXIT_UNAVAILABLE, ["Kafka is not reachable", "babelstream up"]),
+        (["worker", "--pairs", "en_de"], {}, EXIT_USAGE, ["en_de"]),
+    ],
+)
+def test_the_installed_command(
+    args: list[str], env: dict[str, str], code: int, words: list[str]
+) -> None:
+    """The same through the console script README shows, as a user runs it."""
+    program = Path(sys.executable).with_name("babelstream")
+    result = subprocess.run(
+        [str(program), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **ENV, **env},
+    )
+    assert result.returncode == code, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_client_errors_that_mean_kafka_is_not_there() -> None:
+    from aiokafka.errors import KafkaConnectionError as AioConnectionError
+    from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+
+    from pipeline.reachability import as_unavailable
+    from pipeline.settings import KafkaSettings
+
+    kafka = KafkaSettings(bootstrap_servers="k1:9092,k2:9092")
+    for error in (KafkaConnectionError("refused"), AioConnectionError("Unable to bootstrap")):
+        down = as_unavailable(error, kafka)
+        assert down is not None
+        assert str(down).startswith("Kafka is not reachable at k1:9092,k2:9092 (")
+    boot = as_unavailable(KafkaTimeoutError("Unable to bootstrap from ['k1:9092']"), kafka)
+    assert boot is not None and "not reachable" in str(boot)
+    slow = as_unavailable(KafkaTimeoutError("Failed to update metadata after 60.0 secs."), kafka)
+    assert slow is not None and "did not answer in time (Failed to update metadata" in str(slow)
+    assert as_unavailable(ValueError("a bug"), kafka) is None

@@ -1,0 +1,51 @@
+"""Every option says what it is for; tables have headers; `status` words for stopped services."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import click
+from click.testing import CliRunner
+
+from pipeline.cli import main
+from pipeline.commands.stack import _service_line
+from pipeline.stack.manager import ServiceStatus
+
+
+def commands(group: click.Group, path: str) -> Iterator[tuple[str, click.Command]]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        yield f"{path} {name}", command
+        if isinstance(command, click.Group):
+            yield from commands(command, f"{path} {name}")
+
+
+def test_every_option_has_help() -> None:
+    missing = [
+        f"{path} {param.opts[0]}"
+        for path, command in commands(main, "babelstream")
+        for param in command.params
+        if isinstance(param, click.Option) and not param.help
+    ]
+    assert len(list(commands(main, "babelstream"))) > 20
+    assert missing == []
+
+
+def test_models_list_has_a_header_row() -> None:
+    result = CliRunner().invoke(main, ["models", "list"])
+    assert result.exit_code == 0, result.output
+    header, first = result.stdout.splitlines()[1:3]
+    assert header.split() == ["PAIR", "MODEL", "COMPUTE", "DIRECTORY", "FILES"]
+    assert first.split()[0] == "en_en-XA" and first.split()[-1] == "ok"
+
+
+def test_status_words_for_each_state_of_a_service() -> None:
+    def line(pid: int | None, healthy: bool) -> str:
+        return _service_line(ServiceStatus("kafka", "127.0.0.1:9092", None, pid, healthy, ""))
+
+    assert "pid 42" in line(42, True)
+    assert "not started by us" in line(None, True)  # someone else's broker on our port
+    down = line(None, False)  # after `babelstream down`
+    assert "DOWN" in down and "not running" in down and "not started by us" not in down

@@ -1,0 +1,58 @@
+"""Settings from the environment: unknown names refused with the closest one, bad values named."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.settings import check_environment, setting_variables, settings_from_environment
+
+
+def test_every_field_has_its_variable() -> None:
+    names = setting_variables()
+    assert names["BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS"] == "kafka.bootstrap_servers"
+    assert names["BABELSTREAM_OBSERVABILITY__CONSOLE_EXPORTER"] == "observability.console_exporter"
+    assert len(names) > 60
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": "h:1", "BABELSTREAM_CONFIG": "c.toml"},
+        {"babelstream_redis__url": "redis://h"},  # pydantic-settings ignores case
+        {"BABELSTREAM_SLA__THRESHOLDS_MS__en_de": "2000"},  # a dict setting's key
+        {"BABELSTREAM_KAFKA": '{"bootstrap_servers": "h:1"}'},  # a whole section as JSON
+        {"PATH": "/bin", "OTHER_BABELSTREAM_X": "1"},
+    ],
+)
+def test_valid_environments_pass(environ: dict[str, str]) -> None:
+    check_environment(environ)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("BABELSTREAM_REDIS__URI", "did you mean BABELSTREAM_REDIS__URL?"),
+        ("BABELSTREAM_LIMIT__MAX_TEXT_BYTES", "did you mean BABELSTREAM_LIMITS__MAX_TEXT_BYTES?"),
+        ("BABELSTREAM_ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ", "BABELSTREAM_<SECTION>__<FIELD>"),
+    ],
+)
+def test_unknown_names_are_refused(name: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_environment({name: "1"})
+    message = str(caught.value)
+    assert message.startswith(f"unknown setting {name}; ") and hint in message
+    assert "\n" not in message
+
+
+def test_invalid_values_name_their_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BABELSTREAM_WORKER__MAX_MESSAGES", "0")
+    monkeypatch.setenv("BABELSTREAM_REDIS__TTL_S", "forever")
+    with pytest.raises(ConfigError) as caught:
+        settings_from_environment()
+    message = str(caught.value)
+    assert (
+        "BABELSTREAM_WORKER__MAX_MESSAGES=0: Input should be greater than or equal to 1" in message
+    )
+    assert "BABELSTREAM_REDIS__TTL_S=forever" in message
+    assert "\n" not in message

@@ -1,0 +1,145 @@
+"""Everything the worker needs from Faust beyond its public API, in one place.
+
+Faust is the shell of the worker: it runs the consumer group, the agents, the
+dedup tables and the web server. Four things the worker needs are not public
+API, and each use is here, with why:
+
+* committing chosen offsets (``Consumer._commit``): the worker keeps its own
+  offset book (``pipeline/offsets.py``) because Faust's acking can skip or
+  stall around rebalances; Faust's own acking is off for the topics we consume;
+* the current event of a table write (``faust.streams._current_event``): a
+  table writes its changelog to the partition of the *current event*, which in
+  a ``take_events`` batch is the last event buffered, not the one whose digest
+  is written;
+* the worker's signal handlers (``mode.Worker._on_sigterm`` / ``_on_sigint``):
+  a stop first drains the running batch and commits it, then lets Faust stop;
+* the worker's shutdown trigger (``mode.Worker._schedule_shutdown``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+import faust
+from faust.streams import _current_event
+from faust.types import TP, EventT, StreamT
+
+from pipeline.errors import EXIT_TEMPFAIL
+from pipeline.messages import Headers
+from pipeline.offsets import TopicPartition
+from pipeline.steps.base import Record
+
+log = logging.getLogger(__name__)
+
+# A Faust event of a raw-bytes topic (key and value are bytes).
+Event = EventT[Any]
+
+
+def micro_batches(stream: StreamT[Any], max_events: int, within_s: float
+                  ) -> AsyncIterator[Sequence[Event]]:
+    """The agent's stream as micro-batches of events (``take_events``).
+
+    ``StreamT`` does not declare ``take_events``; the stream Faust passes to an
+    agent is a :class:`faust.Stream`, which has it. Faust acks the events it
+    yields once the batch is handed back (even if it failed, faust-streaming
+    #315); that is harmless here because the topics' acks are off and offsets
+    are committed by the worker's own offset book.
+    """
+    return cast("faust.Stream[Any]", stream).take_events(max_events, within=within_s)
+
+
+def record_of(event: Event) -> Record:
+    """The raw record behind a Faust event (key, value and headers as bytes)."""
+    message = event.message
+    raw = event.headers or {}
+    items = raw.items() if isinstance(raw, Mapping) else raw
+    headers: Headers = [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in items]
+    return Record(message.topic, message.partition, message.offset, message.key,
+                  message.value, headers)
+
+
+def tp_of(event: Event) -> TopicPartition:
+    return TopicPartition(event.message.topic, event.message.partition)
+
+
+@contextmanager
+def as_current_event(event: Event) -> Iterator[None]:
+    """Make ``event`` the current event, so a table write goes to its partition's changelog."""
+    token = _current_event.set(weakref.ref(event))
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
+
+
+async def commit_offsets(app: faust.App, offsets: Mapping[TopicPartition, int]) -> bool:
+    """Commit exactly these offsets for the app's group; False when not committed.
+
+    Faust's public ``commit()`` commits what Faust itself acked, which for our
+    topics is nothing (their acks are off); ``_commit`` sends the given
+    offsets through the group member, after checking the partitions are still
+    assigned.
+    """
+    tps = {TP(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
+    return bool(await cast(Any, app.consumer)._commit(tps))
+
+
+def assigned_partitions(app: faust.App) -> set[TopicPartition]:
+    return {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+
+
+class DrainingWorker(faust.Worker):
+    """A Faust worker whose SIGTERM/SIGINT first drains and commits, within a bound.
+
+    ``drain`` stops the agents from taking new batches, waits for the running
+    ones and commits what they finished; then the ordinary Faust shutdown
+    runs (leaving the group, closing clients). Whatever it waits on, the
+    process exits within ``stop_timeout_s`` of the signal: a watchdog thread
+    ends it (non-zero) if the stop hangs; unfinished work was not committed.
+    """
+
+    def __init__(
+        self, app: faust.App, *, drain: Callable[[], Awaitable[None]], stop_timeout_s: float,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self._drain = drain
+        self._stop_timeout_s = stop_timeout_s
+        self._stopping = False
+
+    def _on_sigterm(self) -> None:
+        self.stop_gracefully(signal.SIGTERM)
+
+    def _on_sigint(self) -> None:
+        self.stop_gracefully(signal.SIGINT)
+
+    def stop_gracefully(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Drain, commit, then stop (idempotent)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("%s: finishing the running batches, then stopping (at most %.0fs)", sig.name,
+                 self._stop_timeout_s)
+        watchdog = threading.Timer(self._stop_timeout_s, self._overrun)
+        watchdog.daemon = True
+        watchdog.start()
+        self.add_future(self._drain_then_stop(sig))
+
+    def _overrun(self) -> None:
+        log.error("stop took longer than %.0fs; exiting now (unfinished batches were not "
+                  "committed and will be processed again)", self._stop_timeout_s)
+        logging.shutdown()
+        os._exit(EXIT_TEMPFAIL)
+
+    async def _drain_then_stop(self, sig: signal.Signals) -> None:
+        try:
+            await self._drain()
+        finally:
+            self._schedule_shutdown(sig)
