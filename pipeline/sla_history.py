@@ -139,7 +139,8 @@ class PeriodReport:
 def _pooled(windows: list[SlaWindow], ratio: str, total: int) -> float | None:
     if not total:
         return None
-    return sum(round(getattr(w, ratio) * w.count) for w in windows) / total
+    bad = sum(round(float(getattr(w, ratio)) * w.count) for w in windows)
+    return bad / total
 
 
 def _period_met(objectives: dict[str, float], figures: dict[str, float | None],
