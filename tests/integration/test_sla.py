@@ -385,7 +385,7 @@ def run_realtime(job: JobProcess, bootstrap: str, topics: dict[str, str], tail: 
                     emitted[window.window_start] = record.timestamp
             return last_window in emitted
 
-        job.wait_for(last_window_out, "the quiet pair's last window", timeout_s=180)
+        job.wait_for(last_window_out, "the quiet pair's last window", timeout_s=300)
     return events, emitted
 
 
