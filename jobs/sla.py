@@ -504,7 +504,7 @@ def query_specs(spark: SparkSession, settings: Settings, windows: WindowSinks,
 def _observe(query: StreamingQuery, tracker: ProgressTracker) -> None:
     for report in tracker.observe(query.recentProgress):
         log.info("batch %s: %s input rows in %s ms, watermark %s", report["batchId"],
-                 input_rows(report),
+                 input_rows(report, tracker.scans),
                  (report.get("durationMs") or {}).get("triggerExecution"),
                  (report.get("eventTime") or {}).get("watermark"))
 
@@ -590,7 +590,9 @@ def run(settings: Settings, until_idle_s: float | None = None,
     running: list[RunningQuery] = []
     halt = threading.Event()
     late = LateSinks(settings, kafka, halt) if late_rows else None
-    tracker = ProgressTracker(until_idle_s, on_input=on_input)
+    # the dedup branch scans the source a second time (see _counted_rows)
+    tracker = ProgressTracker(until_idle_s, on_input=on_input,
+                              scans=2 if settings.sla.dedup else 1)
     try:
         for spec in query_specs(spark, settings, windows, late):
             running.append(RunningQuery(spec))
