@@ -13,8 +13,8 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
-from typing import ClassVar, Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal
 
 import redis
 from cachetools import LRUCache
@@ -39,6 +39,8 @@ class CachedTranslation:
     model: str
     input_tokens: int
     output_tokens: int
+    # further TranslationResult fields a hit repeats (fidelity, glossary_hits, glossary_version)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)

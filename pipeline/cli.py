@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "sla": "pipeline.commands.sla:sla",
     "dashboard": "pipeline.commands.dashboard:dashboard",
     "spark": "pipeline.commands.spark:spark",
+    "glossary": "pipeline.commands.glossary:glossary",
 }
 
 

@@ -53,6 +53,12 @@ Headers = list[tuple[str, bytes]]  # Kafka record headers (W3C trace context tra
 # rejected: refused by policy (e.g. a tenant quota), with retry_after_ms when retrying helps
 Status = Literal["ok", "timeout", "error", "cancelled", "rejected"]
 CacheLevel = Literal["miss", "l1", "l2", "window"]
+# how the text is parsed: only text content (and translatable attributes) is translated
+TextFormat = Literal["text", "html", "xml", "markdown"]
+# exact: placeholders kept by the model; aligned: put back by attention; fallback: node by node
+Fidelity = Literal["exact", "aligned", "fallback"]
+MAX_INLINE_TERMS = 256
+TermText = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 def now_ms() -> int:
@@ -80,6 +86,25 @@ class _Message(BaseModel):
         return cls.model_validate_json(data)
 
 
+class GlossaryTerm(BaseModel):
+    """An inline term: ``source`` is always translated as ``target``; no target: kept as is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    source: TermText
+    target: TermText | None = None
+
+
+class GlossaryHit(BaseModel):
+    """A term applied to a translation and how many times."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    source: TermText
+    target: TermText | None = None
+    count: Annotated[int, Field(ge=1)]
+
+
 class TranslationRequest(_Message):
     """A request to translate one text (or one segment of a bulk document)."""
 
@@ -98,6 +123,12 @@ class TranslationRequest(_Message):
     segment_index: Count | None = None
     reply_to: Annotated[str, Field(pattern=TOPIC_PATTERN)] | None = None
     metadata: Metadata | None = None
+    # text (default), html, xml or markdown; markup is kept, text content translated
+    format: TextFormat | None = None
+    # a stored glossary of the tenant for this pair (babelstream glossary put)
+    glossary: ShortLabel | None = None
+    # terms for this request only, applied with (and before) the named glossary's
+    terms: Annotated[list[GlossaryTerm], Field(max_length=MAX_INLINE_TERMS)] | None = None
 
     @property
     def pair(self) -> Pair:
@@ -141,6 +172,10 @@ class TranslationResult(_Message):
     job_id: Identifier | None = None
     doc_id: Identifier | None = None
     segment_index: Count | None = None
+    # how faithfully markup and placeholders were kept (ok results of the fidelity layer)
+    fidelity: Fidelity | None = None
+    glossary_hits: list[GlossaryHit] | None = None
+    glossary_version: Count | None = None
 
     @classmethod
     def for_request(

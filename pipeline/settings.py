@@ -420,6 +420,20 @@ class SparkClusterSettings(_Section):
         return f"spark://{self.host}:{self.master_port}"
 
 
+class FidelitySettings(_Section):
+    """Text fidelity (``pipeline/fidelity``): what is protected, glossary refresh."""
+
+    # regular expressions protected like the built-in placeholder forms (changing this or
+    # `attributes` changes translations: bump BABELSTREAM_REDIS__CACHE_VERSION with it)
+    extra_patterns: tuple[str, ...] = ()
+    # HTML/XML attributes whose values are translated
+    attributes: tuple[str, ...] = ("alt", "title", "placeholder", "aria-label")
+    # a worker re-reads a glossary it holds at most this long after its last read
+    glossary_refresh_s: float = Field(2.0, gt=0)
+    # terms in one glossary (CLI upload limit)
+    max_terms: int = Field(10_000, ge=1)
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -441,6 +455,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
     spark: SparkClusterSettings = SparkClusterSettings()
+    fidelity: FidelitySettings = FidelitySettings()
 
     @classmethod
     def settings_customise_sources(

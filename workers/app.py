@@ -28,6 +28,8 @@ from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translator
+from pipeline.fidelity.service import FidelityService
+from pipeline.kafka_clients import faust_app_options
 from pipeline.offsets import TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
@@ -66,6 +68,8 @@ class WorkerContext:
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     gate: PriorityGate = field(default_factory=PriorityGate)
     stats: WorkerStats = field(default_factory=WorkerStats)
+    # markup, placeholders and glossaries (pipeline/fidelity); None: plain text only
+    fidelity: FidelityService | None = None
 
 
 class WorkerShell:
@@ -96,7 +100,15 @@ class WorkerShell:
         """Admit, process, publish and mark done one micro-batch of one agent."""
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
-        admitted, tickets = await self.offsets.admit(events)
+        try:
+            admitted, tickets = await self.offsets.admit(events)
+        except Exception as exc:
+            # The group's offsets could not be read (broker away). Dropping these events is
+            # safe: nothing was taken, and the offset book seeks back when it sees the gap.
+            log.warning("could not admit %d events (%s); they will be fetched again",
+                        len(events), exc)
+            await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
+            return
         if not admitted:
             return
         if window is not None:
@@ -194,7 +206,7 @@ def create_app(
     w = s.worker
     app = faust.App(
         app_id,
-        broker=[f"kafka://{hp}" for hp in s.kafka.bootstrap_servers.split(",")],
+        **faust_app_options(s.kafka),  # brokers and, when secured, credentials
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
@@ -261,6 +273,7 @@ def _add_pair_agents(
         steps = translation_steps(
             limits=ctx.settings.limits, window=window, cache=ctx.cache, engine=engine,
             producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
+            fidelity=ctx.fidelity,
         )
         runner = BatchRunner(
             steps,

@@ -36,7 +36,7 @@ import ctranslate2
 import sentencepiece
 
 from pipeline.engine.registry import PairEntry, Registry, check_compute_type
-from pipeline.engine.segment import split_text
+from pipeline.engine.segment import Piece, split_text
 from pipeline.errors import ConfigError, EngineError
 from pipeline.pairs import Pair
 
@@ -55,6 +55,21 @@ class Translation:
     text: str
     input_tokens: int
     output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class AlignedTranslation(Translation):
+    """A translation with the model's attention between source and target tokens.
+
+    ``source_spans[j]`` / ``target_spans[i]`` are the character ranges of
+    source token ``j`` in the input text and of target token ``i`` in
+    ``text``; ``attention[i][j]`` is how much target token ``i`` attended to
+    source token ``j`` (prefix/suffix tokens left out).
+    """
+
+    source_spans: tuple[tuple[int, int], ...] = ()
+    target_spans: tuple[tuple[int, int], ...] = ()
+    attention: tuple[tuple[float, ...], ...] = ()
 
 
 class Translator(Protocol):
@@ -103,6 +118,19 @@ def resolve_compute_type(compute_type: str, device: str) -> str:
             ", ".join(sorted(supported)),
         )
     return compute_type
+
+
+class _Piece(Protocol):
+    piece: str
+    begin: int  # byte offsets into the text
+    end: int
+
+
+class _PieceText(Protocol):
+    """SentencePiece's ``out_type="proto"`` result: the text and its pieces with offsets."""
+
+    text: str
+    pieces: Sequence[_Piece]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +218,7 @@ class CTranslate2Translator(Translator):
         if not self._pairs:
             raise ConfigError("no pairs to serve")
         self.model_ids = {pid: p.entry.model_id for pid, p in self._pairs.items()}
+        self._known_chars: dict[str, dict[str, bool]] = {}  # pair id -> char -> known
         self.model_id = "+".join(sorted(set(self.model_ids.values())))
 
     @classmethod
@@ -283,6 +312,113 @@ class CTranslate2Translator(Translator):
             out.append((loaded.target_sp.decode_pieces(tokens), len(tokens)))
         return out
 
+    def translate_aligned(self, texts: Sequence[str], pair: Pair) -> list[AlignedTranslation]:
+        """Like :meth:`translate_batch`, with CTranslate2's ``return_attention`` alignment.
+
+        Used by the fidelity layer to put back placeholders a model dropped;
+        each text is split and rejoined by the same policy as ``translate_batch``.
+        """
+        loaded = self._loaded(pair)
+        entry = loaded.entry
+        count = functools.partial(self._core_tokens, loaded)
+        jobs: list[tuple[int, int, Piece, _PieceText]] = []
+        for t, text in enumerate(texts):
+            offset = 0
+            for piece in split_text(text, count, entry.max_input_tokens):
+                if piece.core:
+                    proto = loaded.source_sp.encode(piece.core, out_type="proto")
+                    jobs.append((t, offset + len(piece.lead), piece, proto))
+                offset += len(piece.lead) + len(piece.core) + len(piece.trail)
+        sources = [
+            [*entry.source_prefix, *(p.piece for p in proto.pieces), *entry.source_suffix]
+            for _, _, _, proto in jobs
+        ]
+        prefix = list(entry.target_prefix)
+        results = self._call_model(loaded, sources, return_attention=True) if sources else []
+        parts: list[list[str]] = [[] for _ in texts]
+        spans: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = [([], []) for _ in texts]
+        blocks: list[list[tuple[int, int, list[list[float]]]]] = [[] for _ in texts]
+        n_in = [0] * len(texts)
+        n_out = [0] * len(texts)
+        job_iter = iter(zip(jobs, sources, results, strict=True))
+        for t, text in enumerate(texts):
+            for piece in split_text(text, count, entry.max_input_tokens):
+                if not piece.core:
+                    parts[t].append(piece.lead)
+                    continue
+                (_, src_offset, _, proto), source, result = next(job_iter)
+                tokens = list(result.hypotheses[0])
+                rows = list(result.attention[0])
+                if prefix and tokens[: len(prefix)] == prefix:
+                    tokens, rows = tokens[len(prefix) :], rows[len(prefix) :]
+                ids = [loaded.target_sp.piece_to_id(tok) for tok in tokens]
+                decoded = loaded.target_sp.decode(ids, out_type="proto")
+                parts[t].append(piece.lead)
+                tgt_offset = sum(len(x) for x in parts[t])
+                parts[t].extend((decoded.text, piece.trail))
+                src_spans, tgt_spans = spans[t]
+                first_src, first_tgt = len(src_spans), len(tgt_spans)
+                src_spans.extend(_char_spans(piece.core, proto, src_offset))
+                tgt_spans.extend(_char_spans(decoded.text, decoded, tgt_offset))
+                lo = len(entry.source_prefix)
+                cols = slice(lo, lo + len(proto.pieces))
+                blocks[t].append((first_src, first_tgt, [list(r[cols]) for r in rows]))
+                n_in[t] += len(source)
+                n_out[t] += len(tokens)
+        out: list[AlignedTranslation] = []
+        for t in range(len(texts)):
+            src_spans, tgt_spans = spans[t]
+            matrix = [[0.0] * len(src_spans) for _ in tgt_spans]
+            for first_src, first_tgt, rows in blocks[t]:
+                for i, row in enumerate(rows):
+                    matrix[first_tgt + i][first_src : first_src + len(row)] = row
+            out.append(
+                AlignedTranslation(
+                    "".join(parts[t]) if n_in[t] else "",
+                    n_in[t],
+                    n_out[t],
+                    tuple(src_spans),
+                    tuple(tgt_spans),
+                    tuple(tuple(r) for r in matrix),
+                )
+            )
+        return out
+
+    def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]:
+        """Characters of ``text`` the source tokenizer knows only as bytes or ``<unk>``."""
+        known = self._known_chars.setdefault(pair.id, {})
+        sp = self._loaded(pair).source_sp
+        for ch in set(text) - known.keys():
+            ids = sp.encode(ch) if not ch.isspace() else []
+            known[ch] = not any(sp.is_byte(i) or sp.is_unknown(i) for i in ids)
+        return frozenset(ch for ch in set(text) if not known[ch])
+
+    def _call_model(
+        self, loaded: _Loaded, sources: list[list[str]], **options: bool
+    ) -> list[ctranslate2.TranslationResult]:
+        entry = loaded.entry
+        prefix = list(entry.target_prefix)
+        longest = max(len(s) for s in sources)
+        try:
+            return list(
+                loaded.model.translate_batch(
+                    sources,
+                    target_prefix=[prefix] * len(sources) if prefix else None,
+                    max_batch_size=self.max_batch_tokens,
+                    batch_type="tokens",
+                    beam_size=self.beam_size,
+                    max_input_length=0,
+                    suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
+                    max_decoding_length=min(
+                        int(longest * self.decoding_ratio) + 16 + len(prefix),
+                        entry.max_output_tokens,
+                    ),
+                    **options,
+                )
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"{entry.pair.id}: translation failed: {exc}") from exc
+
     @staticmethod
     def _core_tokens(loaded: _Loaded, core: str) -> int:
         entry = loaded.entry
@@ -296,3 +432,15 @@ class CTranslate2Translator(Translator):
                 f"pair {pair.id} is not served here (serving: {', '.join(self.pairs)})"
             )
         return loaded
+
+
+def _char_spans(text: str, proto: _PieceText, offset: int) -> list[tuple[int, int]]:
+    """Character ranges (shifted by ``offset``) of a SentencePiece proto's byte ranges."""
+    char_at = [0]
+    for i, ch in enumerate(text):
+        char_at.extend([i + 1] * len(ch.encode("utf-8")))
+    last = len(char_at) - 1
+    return [
+        (offset + char_at[min(p.begin, last)], offset + char_at[min(p.end, last)])
+        for p in proto.pieces
+    ]

@@ -13,6 +13,7 @@ Failures are classified before anything is resolved:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from pipeline.cache import CachedTranslation
 from pipeline.engine.batching import TokenBudgetBatcher
-from pipeline.engine.translator import Translation, Translator
+from pipeline.engine.translator import AlignedTranslation, Translation, Translator
 from pipeline.pairs import Pair
 from pipeline.scheduling import INTERACTIVE, PriorityGate
 from pipeline.steps.base import Batch, BatchStats, TransientError
@@ -89,6 +90,35 @@ class EngineRunner:
         if any(isinstance(o, Rejected) for o in outcomes):
             await self._check_canary(pair)
         return outcomes
+
+    @property
+    def translator(self) -> Translator:
+        """The translator this runner calls."""
+        return self._translator
+
+    async def run_aligned(
+        self, texts: Sequence[str], pair: Pair, stats: BatchStats
+    ) -> list[AlignedTranslation]:
+        """Translations with attention (the fidelity layer's re-insertion), through the gate.
+
+        Only translators with ``translate_aligned`` (CTranslate2) are asked;
+        a failure here is the engine's: these texts were translated plainly
+        one round before.
+        """
+        aligned = getattr(self._translator, "translate_aligned", None)
+        if aligned is None:
+            raise TransientError("the translator gives no attention")
+        loop = asyncio.get_running_loop()
+        began = time.perf_counter()
+        try:
+            out: list[AlignedTranslation] = await self._gate.run(
+                self._priority, loop.run_in_executor(None, aligned, list(texts), pair)
+            )
+        except Exception as exc:
+            raise TransientError(f"engine failed with attention: {exc}") from exc
+        stats.engine_seconds += time.perf_counter() - began
+        stats.engine_texts += len(texts)
+        return out
 
     async def _call(self, texts: list[str], pair: Pair) -> list[Translation]:
         return await self._gate.run(
