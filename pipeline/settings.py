@@ -32,7 +32,7 @@ from pydantic_settings import (
 )
 
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
+from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +75,11 @@ class KafkaSettings(_Section):
     ssl_keyfile: Path | None = None
     ssl_key_password: SecretStr | None = None
     ssl_check_hostname: bool = True
+    # worker heartbeats (translate.ticks) and late results (translate.sla.late)
+    ticks_partitions: int = Field(1, ge=1)
+    sla_late_partitions: int = Field(1, ge=1)
+    # heartbeats are worth only their latest values
+    ticks_retention_ms: int = Field(3_600_000, ge=60_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSettings:
@@ -238,6 +243,9 @@ class WorkerSettings(_Section):
     broker_wait_s: float = Field(120.0, ge=0)
     # SIGTERM: finish the running batch, publish, commit and exit within this bound
     stop_timeout_s: float = Field(30.0, gt=0)
+    # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
+    # job's windows close while a pair is quiet; 0 disables it
+    tick_interval_s: float = Field(5.0, ge=0)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
@@ -252,6 +260,43 @@ def _check_pair_ids(value: dict[str, _V]) -> dict[str, _V]:
         except ContractError as exc:
             raise ValueError(str(exc)) from exc
     return value
+
+
+class SloObjectives(_Section):
+    """Service-level objectives one window is held to; None: not an objective."""
+
+    p95_ms: float | None = Field(None, ge=0)
+    p99_ms: float | None = Field(None, ge=0)
+    # at most this share of results timed out (or exceeded the latency threshold);
+    # also the error budget the burn rates are measured against
+    timeout_ratio: float | None = Field(None, gt=0, le=1)
+    error_ratio: float | None = Field(None, ge=0, le=1)
+    # at least this many results per second of the window (bulk throughput)
+    min_throughput_per_s: float | None = Field(None, ge=0)
+
+    def over(self, other: SloObjectives) -> SloObjectives:
+        """These objectives, with the ones this leaves unset taken from ``other``."""
+        return other.model_copy(update=self.model_dump(exclude_none=True))
+
+    def targets(self) -> dict[str, float]:
+        """Objective name -> target, for the ones that are set."""
+        return {name: float(value) for name, value in self.model_dump(exclude_none=True).items()}
+
+
+class InteractiveObjectives(SloObjectives):
+    """Defaults for interactive work (a setting left out keeps its default)."""
+
+    p95_ms: float | None = Field(1000.0, ge=0)
+    p99_ms: float | None = Field(2500.0, ge=0)
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
+
+
+class BulkObjectives(SloObjectives):
+    """Defaults for bulk work: completion within the bulk threshold, not per-request latency."""
+
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
 
 
 class SlaSettings(_Section):
@@ -277,10 +322,31 @@ class SlaSettings(_Section):
     master: str = "local[2]"
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1)
+    # worker heartbeats read with the results (advance event time while pairs are quiet)
+    ticks_topic: str = TICKS_TOPIC
+    # results that arrived after their window closed, and their Parquet history
+    late_topic: str = SLA_LATE_TOPIC
+    late_history_dir: Path = PROJECT_ROOT / "var" / "sla" / "late"
+    # count each request_id once within the lateness (dropDuplicatesWithinWatermark)
+    dedup: bool = True
+    # bulk results (job_id set) are held to this threshold, not the interactive one
+    bulk_threshold_ms: int = Field(3_600_000, ge=0)
+    # objectives per priority class, and per-pair overrides of the interactive ones
+    objectives: InteractiveObjectives = InteractiveObjectives()
+    bulk_objectives: BulkObjectives = BulkObjectives()
+    pair_objectives: dict[str, SloObjectives] = {}
+    # KLL sketch size of the per-window latency sketches in the Parquet history
+    # (normalized rank error about 1.33% at 200, 0.28% at 1000; bigger k, bigger files);
+    # None: no sketches (`sla report` then has no percentiles)
+    sketch_k: int | None = Field(200, ge=8, le=65535)
+    # the driver binds here in local mode (loopback unless a setting says otherwise)
+    driver_host: str = "127.0.0.1"
+    # "hdfs" (Spark's default, in memory) or "rocksdb" (state off-heap, on local disk)
+    state_store: Literal["hdfs", "rocksdb"] = "hdfs"
 
-    @field_validator("thresholds_ms")
+    @field_validator("thresholds_ms", "pair_objectives")
     @classmethod
-    def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
+    def _pair_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
         return _check_pair_ids(value)
 
     @model_validator(mode="after")
@@ -292,6 +358,13 @@ class SlaSettings(_Section):
     def threshold_ms(self, pair_id: str) -> int:
         """The SLA latency threshold of one pair."""
         return self.thresholds_ms.get(pair_id, self.default_threshold_ms)
+
+    def objectives_for(self, series: str, priority: str) -> SloObjectives:
+        """The objectives of one series (pair id or "unsupported") and priority class."""
+        if priority == "bulk":
+            return self.bulk_objectives
+        override = self.pair_objectives.get(series)
+        return override.over(self.objectives) if override else self.objectives
 
 
 class BulkSettings(_Section):
@@ -343,6 +416,25 @@ class DashboardSettings(_Section):
     history_s: float = Field(3600.0, ge=0)
     # windows kept (and charted) per pair
     max_windows: int = Field(720, ge=1)
+
+
+class SparkClusterSettings(_Section):
+    """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
+
+    host: str = "127.0.0.1"
+    master_port: int = Field(7077, ge=1, le=65535)
+    master_webui_port: int = Field(8080, ge=1, le=65535)
+    # worker i uses worker_port + i and worker_webui_port + i
+    workers: int = Field(2, ge=1)
+    worker_port: int = Field(7078, ge=1, le=65535)
+    worker_webui_port: int = Field(8081, ge=1, le=65535)
+    worker_cores: int = Field(1, ge=1)
+    worker_memory: str = "1g"
+    daemon_memory: str = "256m"
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.master_port}"
 
 
 class FidelitySettings(_Section):
@@ -404,6 +496,7 @@ class Settings(BaseSettings):
     sla: SlaSettings = SlaSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
+    spark: SparkClusterSettings = SparkClusterSettings()
     fidelity: FidelitySettings = FidelitySettings()
     batching: BatchingSettings = BatchingSettings()
 

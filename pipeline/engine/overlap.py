@@ -198,6 +198,10 @@ class EngineLane(Generic[P]):
             outcomes.append(await previous)
         return outcomes
 
+    async def call(self, work: Callable[[], T]) -> T:
+        """Any other blocking model call (e.g. with attention), in the compute thread."""
+        return await self._in(self.compute, work)
+
     async def _model(self, sources: Any, pair: Pair) -> tuple[Any, float]:
         """The model call in the compute thread, and its duration measured there."""
 
