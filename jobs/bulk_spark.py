@@ -169,8 +169,9 @@ def _assemble_document(
 
 
 def _output_column() -> Column:
-    return _udf(_assemble_document, pa.struct(list(OUTPUT_FIELDS)))(
+    column: Column = _udf(_assemble_document, pa.struct(list(OUTPUT_FIELDS)))(
         F.col(f"{PLAN}.segments"), F.col(f"{PLAN}.tail"), F.col(RESULTS))
+    return column
 
 
 def job_results(spark: SparkSession, settings: Settings, job_id: str, topic: str) -> DataFrame:

@@ -95,7 +95,7 @@ def evaluate_demo(
 ) -> DemoMetrics:
     """Score the demo model in ``model_dir`` on the held-out set, both pairs, beams 1 and 4."""
     try:
-        from sacrebleu.metrics import CHRF
+        from sacrebleu.metrics.chrf import CHRF
     except ImportError:
         raise missing_extra("sacrebleu", "dev") from None
     english = heldout_sentences(size)

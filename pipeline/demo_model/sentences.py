@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import random
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from pipeline.fidelity.tokens import token
 
@@ -281,7 +281,7 @@ class SentenceGenerator:
             if is_heldout(w):
                 return w
 
-    def _fresh(self, make) -> str:
+    def _fresh(self, make: Callable[[], str]) -> str:
         """A generated word that is not reserved for evaluation (in training mode)."""
         while True:
             w = make()
