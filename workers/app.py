@@ -225,6 +225,8 @@ def create_app(
     """
     s = ctx.settings
     w = s.worker
+    datadir = w.data_dir / app_id / (instance_id or "dynamic")
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes only the last level
     app = faust.App(
         app_id,
         **faust_app_options(s.kafka),  # brokers and, when secured, credentials
@@ -238,7 +240,7 @@ def create_app(
         consumer_group_instance_id=instance_id,
         broker_session_timeout=w.session_timeout_s,
         broker_heartbeat_interval=w.session_timeout_s / 3,
-        datadir=str(w.data_dir / app_id / (instance_id or "dynamic")),
+        datadir=str(datadir),
         web_port=w.web_port if web_port is None else web_port,
         web_bind=w.web_host,
         web_host=w.web_host,

@@ -60,20 +60,27 @@ def resolve_target(settings: Settings, pair_id: str) -> BenchTarget:
     raise ConfigError(f"pair {pair_id} is in neither {' nor '.join(searched)}{hint}")
 
 
-def refuse_if_served(kafka: KafkaSettings, pair_id: str) -> None:
-    """ConfigError (one line) when another worker already consumes the pair or the ingress."""
+def refuse_if_served(kafka: KafkaSettings, pair_id: str, grace_s: float = 0.0) -> None:
+    """ConfigError (one line) when another worker consumes the pair or the ingress.
+
+    ``grace_s`` waits that long for the group to empty first: a static member of a
+    worker that has just stopped stays assigned until its session times out.
+    """
+    deadline = time.monotonic() + grace_s
+    while busy := _serving_groups(kafka, pair_id):
+        if time.monotonic() >= deadline:
+            who = "; ".join(f"group {g} consumes {', '.join(t)}" for g, t in busy.items())
+            raise ConfigError(
+                f"another worker is running ({who}); stop it first, or the bench would "
+                "measure whichever worker answers"
+            )
+        time.sleep(1.0)
+
+
+def _serving_groups(kafka: KafkaSettings, pair_id: str) -> dict[str, list[str]]:
+    topics = {pair_topic(pair_id), REQUESTS_TOPIC}
     groups = consumer_groups(kafka, with_lag=False)
-    busy = {
-        g.group_id: sorted(g.topics & {pair_topic(pair_id), REQUESTS_TOPIC})
-        for topic in (pair_topic(pair_id), REQUESTS_TOPIC)
-        for g in serving(groups, topic)
-    }
-    if busy:
-        who = "; ".join(f"group {g} consumes {', '.join(t)}" for g, t in busy.items())
-        raise ConfigError(
-            f"another worker is running ({who}); stop it first, or the bench would measure "
-            "whichever worker answers"
-        )
+    return {g.group_id: sorted(g.topics & topics) for t in topics for g in serving(groups, t)}
 
 
 def wait_drained(kafka: KafkaSettings, group_id: str, topic: str, limit_s: float) -> int:
@@ -99,7 +106,7 @@ def bench_worker(
 
     ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables).
     """
-    refuse_if_served(settings.kafka, target.pair_id)
+    refuse_if_served(settings.kafka, target.pair_id, grace_s=settings.worker.session_timeout_s)
     ensure_topics(settings.kafka, pair_topic_specs(settings.kafka, target.entry.pair))
     log_path = settings.stack.home / "log" / log_name
     worker = WorkerProcess(

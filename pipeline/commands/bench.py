@@ -285,7 +285,9 @@ def compare(
 
     ctx = _Context(settings, pair_id)
     pair = ctx.target.entry.pair
-    refuse_if_served(ctx.settings.kafka, pair.id)  # before minutes of engine work
+    refuse_if_served(  # before minutes of engine work
+        ctx.settings.kafka, pair.id, grace_s=ctx.settings.worker.session_timeout_s
+    )
     translator = ctx.translator()
     n = _sizes(translator, pair, n, 30.0)
     n_naive = min(n, _sizes(translator, pair, naive_requests, 60.0, one_at_a_time=True))
