@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "bulk": "pipeline.commands.bulk:bulk",
     "sla": "pipeline.commands.sla:sla",
     "dashboard": "pipeline.commands.dashboard:dashboard",
+    "drill": "pipeline.commands.drill:drill",
 }
 
 

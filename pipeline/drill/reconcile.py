@@ -7,7 +7,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from kafka import KafkaConsumer, TopicPartition
@@ -19,22 +19,21 @@ from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import KafkaSettings
 
 
-class ResultTally:
-    """Every result whose request id starts with ``marker``, read from the topic's end now on.
+class TopicFollower:
+    """Reads a topic from its end *now* on, in a background thread, until :meth:`close`.
 
-    Positions are fixed at construction, before any traffic, and a background
-    thread keeps reading until :meth:`close`, so results that arrive late or
-    twice are all counted.
+    Positions are fixed at construction, before any traffic, so records that
+    arrive late or twice are all seen. Subclasses keep what they need in
+    :meth:`take` (called under ``self._lock``).
     """
 
-    def __init__(self, kafka: KafkaSettings, marker: str, topic: str = RESULTS_TOPIC) -> None:
-        self._marker = marker
+    def __init__(self, kafka: KafkaSettings, topic: str, role: str) -> None:
         self._consumer = KafkaConsumer(
-            **kafka_python_options(kafka, "drill-results"), group_id=None,
-            enable_auto_commit=False,
+            **kafka_python_options(kafka, role), group_id=None, enable_auto_commit=False,
         )
         partitions = self._consumer.partitions_for_topic(topic) or set()
         if not partitions:
+            self._consumer.close()
             raise RuntimeError(f"topic {topic} does not exist (is the stack up?)")
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         self._consumer.assign(tps)
@@ -42,25 +41,51 @@ class ResultTally:
         for tp in tps:
             self._consumer.position(tp)
         self._lock = threading.Lock()
-        self.results: dict[str, list[TranslationResult]] = defaultdict(list)
-        # local receive time (epoch ms) of each id's first result
-        self.first_seen_ms: dict[str, int] = {}
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="drill-tally", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"drill-{role}", daemon=True)
         self._thread.start()
+
+    def take(self, value: bytes) -> None:
+        """Keep what matters of one record's value."""
+        raise NotImplementedError
 
     def _run(self) -> None:
         while not self._stop.is_set():
             for records in self._consumer.poll(timeout_ms=200).values():
-                for record in records:
-                    try:
-                        result = TranslationResult.from_json(record.value)
-                    except ValidationError:
-                        continue
-                    if result.request_id.startswith(self._marker):
-                        with self._lock:
-                            self.results[result.request_id].append(result)
-                            self.first_seen_ms.setdefault(result.request_id, now_ms())
+                with self._lock:
+                    for record in records:
+                        self.take(record.value)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class ResultTally(TopicFollower):
+    """Every result whose request id starts with ``marker`` (``""``: every result)."""
+
+    def __init__(self, kafka: KafkaSettings, marker: str, topic: str = RESULTS_TOPIC) -> None:
+        self._marker = marker
+        self.results: dict[str, list[TranslationResult]] = defaultdict(list)
+        # local receive time (epoch ms) of each id's first result
+        self.first_seen_ms: dict[str, int] = {}
+        super().__init__(kafka, topic, "drill-results")
+
+    def take(self, value: bytes) -> None:
+        try:
+            result = TranslationResult.from_json(value)
+        except ValidationError:
+            return
+        if result.request_id.startswith(self._marker):
+            self.results[result.request_id].append(result)
+            self.first_seen_ms.setdefault(result.request_id, now_ms())
 
     def wait_for(self, ids: Iterable[str], timeout_s: float) -> bool:
         """Block until each id has a result, or the timeout; True when all arrived."""
@@ -77,16 +102,10 @@ class ResultTally:
         with self._lock:
             return {rid: list(results) for rid, results in self.results.items()}
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._consumer.close()
-
-    def __enter__(self) -> ResultTally:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def first_seen(self) -> dict[str, int]:
+        """Request id -> when its first result was read (epoch ms)."""
+        with self._lock:
+            return dict(self.first_seen_ms)
 
 
 @dataclass(frozen=True)
@@ -150,7 +169,8 @@ def committed_lag(kafka: KafkaSettings, group: str, topics: Iterable[str]) -> di
     A partition the group never committed counts from the log start.
     """
     admin = admin_client(kafka, "drill-lag")
-    consumer = KafkaConsumer(**kafka_python_options(kafka, "drill-lag"), group_id=None)
+    consumer = KafkaConsumer(**kafka_python_options(kafka, "drill-lag"), group_id=None,
+                             enable_auto_commit=False)
     try:
         committed = {
             (tp.topic, tp.partition): meta.offset
@@ -169,3 +189,16 @@ def committed_lag(kafka: KafkaSettings, group: str, topics: Iterable[str]) -> di
     finally:
         consumer.close()
         admin.close()
+
+
+def wait_committed(
+    kafka: KafkaSettings, group: str, topics: Iterable[str], timeout_s: float
+) -> dict[str, int]:
+    """Poll :func:`committed_lag` until it is zero everywhere or ``timeout_s``; the last lag."""
+    topics = list(topics)
+    deadline = time.monotonic() + timeout_s
+    lag = committed_lag(kafka, group, topics)
+    while any(lag.values()) and time.monotonic() < deadline:
+        time.sleep(1)
+        lag = committed_lag(kafka, group, topics)
+    return lag
