@@ -56,20 +56,39 @@ def list_scenarios() -> None:
 def _scenario_command(name: str, summary: str) -> click.Command:
     @click.command(name, help=f"{summary}.")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
-    @click.option("--workers", type=click.IntRange(1, 16),
-                  help="Workers to start (default: drill.workers, 2).")
-    @click.option("--rate", type=click.FloatRange(0, min_open=True),
-                  help="Requests per second (default: drill.rate).")
+    @click.option(
+        "--workers",
+        type=click.IntRange(1, 16),
+        help="Workers to start (default: drill.workers, 2).",
+    )
+    @click.option(
+        "--rate",
+        type=click.FloatRange(0, min_open=True),
+        help="Requests per second (default: drill.rate).",
+    )
     @click.option("--seconds", type=DURATION, help="Traffic duration (default: drill.seconds).")
-    @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
-                  help="Also append the report as a JSON line to this file.")
+    @click.option(
+        "--report",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Also append the report as a JSON line to this file.",
+    )
     @click.pass_obj
-    def command(settings: Settings, as_json: bool, workers: int | None, rate: float | None,
-                seconds: float | None, report: Path | None) -> None:
-        overrides = {k: v for k, v in {"workers": workers, "rate": rate,
-                                        "seconds": seconds}.items() if v is not None}
+    def command(
+        settings: Settings,
+        as_json: bool,
+        workers: int | None,
+        rate: float | None,
+        seconds: float | None,
+        report: Path | None,
+    ) -> None:
+        overrides = {
+            k: v
+            for k, v in {"workers": workers, "rate": rate, "seconds": seconds}.items()
+            if v is not None
+        }
         settings = settings.model_copy(
-            update={"drill": settings.drill.model_copy(update=overrides)})
+            update={"drill": settings.drill.model_copy(update=overrides)}
+        )
         outcome = run_drill(settings, name)
         if report is not None:
             from pipeline.drill.scenarios import append_report
@@ -90,8 +109,12 @@ def run_drill(settings: Settings, name: str) -> Any:
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # a drill provokes lost connections; kafka-python logs each one at ERROR
         logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    ctx = DrillContext.open(settings, workers=settings.drill.workers,
-                            home=settings.drill.home, isolate_last=chosen.isolates_worker)
+    ctx = DrillContext.open(
+        settings,
+        workers=settings.drill.workers,
+        home=settings.drill.home,
+        isolate_last=chosen.isolates_worker,
+    )
     try:
         return run_scenario(ctx, chosen)
     finally:
@@ -112,6 +135,8 @@ def describe(report: Any) -> str:
         f"{r.p99_during_fault_ms} ms",
         f"  fault {report.fault_s}s; first result after it {report.fault_to_first_result_ms} ms"
         + (f"; {timings}" if timings else ""),
+        f"  duplicated ids by results each: {r.duplicate_copies or '-'}; copies by worker: "
+        f"{r.duplicates_by_worker or '-'}",
         f"  repeats after the heal by cache level: {report.repeats or '-'}",
     ]
     if report.notes:

@@ -46,8 +46,7 @@ class DrillTimeout(BabelStreamError):
     """A drill step did not finish within its bound."""
 
 
-def wait_until(done: Callable[[], bool], what: str, timeout_s: float,
-               poll_s: float = 0.5) -> float:
+def wait_until(done: Callable[[], bool], what: str, timeout_s: float, poll_s: float = 0.5) -> float:
     """Poll ``done`` until true; the seconds it took. :class:`DrillTimeout` past the bound."""
     began = time.monotonic()
     while not done():
@@ -74,8 +73,7 @@ def holds(assignment: Assignment, wanted: Assignment) -> bool:
 
 def settled(assignments: Iterable[Assignment], partitions: Mapping[str, int]) -> bool:
     """True when the members hold every partition of ``partitions`` exactly once."""
-    counts = Counter((topic, p) for a in assignments for topic, parts in a.items()
-                     for p in parts)
+    counts = Counter((topic, p) for a in assignments for topic, parts in a.items() for p in parts)
     wanted = {(topic, p) for topic, n in partitions.items() for p in range(n)}
     return set(counts) == wanted and all(n == 1 for n in counts.values())
 
@@ -111,8 +109,9 @@ class DrillContext:
     notes: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def open(cls, settings: Settings, *, workers: int, home: Path,
-             isolate_last: bool = False) -> DrillContext:
+    def open(
+        cls, settings: Settings, *, workers: int, home: Path, isolate_last: bool = False
+    ) -> DrillContext:
         """The stack ``up`` runs under ``settings.stack.home`` and ``workers`` not yet started.
 
         One-line :class:`StackError` when no stack runs there. With
@@ -123,9 +122,11 @@ class DrillContext:
         statuses = manager.status(stack)
         down = [s.name for s in statuses if not s.healthy]
         if down:
-            raise StackError(f"the stack under {stack.stack.home} is not running "
-                             f"({', '.join(down)} down): start it with `babelstream up "
-                             "--brokers 3` (and source its settings.env)")
+            raise StackError(
+                f"the stack under {stack.stack.home} is not running "
+                f"({', '.join(down)} down): start it with `babelstream up "
+                "--brokers 3` (and source its settings.env)"
+            )
         clients = layout.client_settings(stack)
         env = {
             **layout.client_environment(stack),
@@ -142,11 +143,15 @@ class DrillContext:
             ctx.cut = NetworkCut(ctx.cut_group.gid, ports)
             group = ctx.cut_group.gid
         for i in range(workers):
-            ctx.workers.append(WorkerProcess(
-                clients, log_path=home / "log" / f"worker-{i + 1}.log", env=env,
-                instance_id=f"{socket.gethostname()}-drill-{i + 1}",
-                group=group if i == workers - 1 else None,
-            ))
+            ctx.workers.append(
+                WorkerProcess(
+                    clients,
+                    log_path=home / "log" / f"worker-{i + 1}.log",
+                    env=env,
+                    instance_id=f"{socket.gethostname()}-drill-{i + 1}",
+                    group=group if i == workers - 1 else None,
+                )
+            )
         return ctx
 
     @property
@@ -165,8 +170,7 @@ class DrillContext:
 
     def start_workers(self, workers: Iterable[WorkerProcess] | None = None) -> float:
         """Start the given (default: every stopped) workers together; the seconds it took."""
-        todo = [w for w in (self.workers if workers is None else workers)
-                if not self.running(w)]
+        todo = [w for w in (self.workers if workers is None else workers) if not self.running(w)]
         began = time.monotonic()
         if todo:
             with ThreadPoolExecutor(len(todo)) as pool:
@@ -207,8 +211,12 @@ class DrillContext:
 
     # --- Kafka ---------------------------------------------------------------------
 
-    @retry(retry=retry_if_exception_type((KafkaError, OSError)), stop=stop_after_delay(30),
-           wait=wait_fixed(0.5), reraise=True)
+    @retry(
+        retry=retry_if_exception_type((KafkaError, OSError)),
+        stop=stop_after_delay(30),
+        wait=wait_fixed(0.5),
+        reraise=True,
+    )
     def describe(self, topics: list[str] | None = None) -> dict[str, list[dict[str, Any]]]:
         """``describe_topics`` partitions by topic (every topic when ``topics`` is None).
 
@@ -239,7 +247,8 @@ class DrillContext:
         """Every partition of every topic has a leader and all its replicas in sync."""
         return all(
             p["leader_id"] >= 0 and sorted(p["isr_nodes"]) == sorted(p["replica_nodes"])
-            for parts in self.describe().values() for p in parts
+            for parts in self.describe().values()
+            for p in parts
         )
 
     def start_stack(self) -> float:

@@ -32,8 +32,9 @@ def cut_unavailable() -> str | None:
         return "cutting a worker off needs root (a firewall rule and a group of its own)"
     if shutil.which("iptables") is None:
         return "iptables is not installed (Debian: apt-get install iptables)"
-    probe = subprocess.run(["iptables", "-S", "OUTPUT"], capture_output=True, text=True,
-                           check=False)
+    probe = subprocess.run(
+        ["iptables", "-S", "OUTPUT"], capture_output=True, text=True, check=False
+    )
     if probe.returncode != 0:
         return f"iptables does not work here: {probe.stderr.strip() or probe.returncode}"
     return None
@@ -61,13 +62,26 @@ class DrillGroup:
 
 def drop_rules(gid: int, ports: Sequence[int]) -> list[list[str]]:
     """The OUTPUT rules (iptables arguments after ``-A``/``-D``) that cut ``gid`` off ``ports``."""
-    return [["OUTPUT", "-m", "owner", "--gid-owner", str(gid), "-p", "tcp",
-             "--dport", str(port), "-j", "DROP"] for port in ports]
+    return [
+        [
+            "OUTPUT",
+            "-m",
+            "owner",
+            "--gid-owner",
+            str(gid),
+            "-p",
+            "tcp",
+            "--dport",
+            str(port),
+            "-j",
+            "DROP",
+        ]
+        for port in ports
+    ]
 
 
 def _iptables(action: str, rule: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["iptables", action, *rule], capture_output=True, text=True,
-                          check=False)
+    return subprocess.run(["iptables", action, *rule], capture_output=True, text=True, check=False)
 
 
 class NetworkCut:
@@ -81,8 +95,7 @@ class NetworkCut:
             done = _iptables("-A", rule)
             if done.returncode != 0:
                 self.heal()
-                raise NetworkCutUnavailable(f"iptables -A {' '.join(rule)}: "
-                                            f"{done.stderr.strip()}")
+                raise NetworkCutUnavailable(f"iptables -A {' '.join(rule)}: {done.stderr.strip()}")
 
     def heal(self) -> None:
         """Delete every copy of the rules (idempotent: safe after a failure)."""

@@ -29,7 +29,9 @@ class TopicFollower:
 
     def __init__(self, kafka: KafkaSettings, topic: str, role: str) -> None:
         self._consumer = KafkaConsumer(
-            **kafka_python_options(kafka, role), group_id=None, enable_auto_commit=False,
+            **kafka_python_options(kafka, role),
+            group_id=None,
+            enable_auto_commit=False,
         )
         partitions = self._consumer.partitions_for_topic(topic) or set()
         if not partitions:
@@ -120,9 +122,14 @@ class Reconciliation:
     error_results: int
     p50_ms: float
     p99_ms: float
-    # P99 of requests sent while the fault was active (None: no fault window given)
+    # P99 of requests sent while the fault was active (None: no fault window given,
+    # or nothing was sent in it)
     p99_during_fault_ms: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # results per duplicated id -> how many ids got that many (2: one duplicate)
+    duplicate_copies: dict[int, int] = field(default_factory=dict)
+    # worker (result.worker) -> copies it wrote after an id's first result
+    duplicates_by_worker: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -144,8 +151,9 @@ def reconcile(
     if fault_window_ms is not None:
         start, end = fault_window_ms
         hit = [r.latency_ms for r in firsts if start <= acked[r.request_id] <= end]
-        during = _percentile(np.array(hit, dtype=float), 99)
+        during = _percentile(np.array(hit, dtype=float), 99) if hit else None
     all_results = [r for rid in answered for r in results[rid]]
+    duplicated = [results[rid] for rid in answered if len(results[rid]) > 1]
     return Reconciliation(
         acked=len(acked),
         answered=len(answered),
@@ -156,6 +164,10 @@ def reconcile(
         p50_ms=_percentile(latencies, 50),
         p99_ms=_percentile(latencies, 99),
         p99_during_fault_ms=during,
+        duplicate_copies=dict(sorted(Counter(len(copies) for copies in duplicated).items())),
+        duplicates_by_worker=dict(
+            Counter(str(r.worker) for copies in duplicated for r in copies[1:])
+        ),
     )
 
 
@@ -169,8 +181,9 @@ def committed_lag(kafka: KafkaSettings, group: str, topics: Iterable[str]) -> di
     A partition the group never committed counts from the log start.
     """
     admin = admin_client(kafka, "drill-lag")
-    consumer = KafkaConsumer(**kafka_python_options(kafka, "drill-lag"), group_id=None,
-                             enable_auto_commit=False)
+    consumer = KafkaConsumer(
+        **kafka_python_options(kafka, "drill-lag"), group_id=None, enable_auto_commit=False
+    )
     try:
         committed = {
             (tp.topic, tp.partition): meta.offset

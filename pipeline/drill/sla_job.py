@@ -42,8 +42,14 @@ class SlaJob:
     """``babelstream -v sla`` on ``<home>/checkpoint``, its output in ``<home>/sla.log``,
     its windows of one pair in :attr:`windows`."""
 
-    def __init__(self, env: dict[str, str], home: Path, drill: DrillSettings,
-                 kafka: KafkaSettings, pair_id: str) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        home: Path,
+        drill: DrillSettings,
+        kafka: KafkaSettings,
+        pair_id: str,
+    ) -> None:
         self._env = {**os.environ, **env}
         self.home = home
         self.log_path = home / "sla.log"
@@ -54,14 +60,24 @@ class SlaJob:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "pipeline", "-v", "sla",
-            "--window", str(self._drill.sla_window_s),
-            "--watermark", str(self._drill.sla_watermark_s),
-            "--sinks", "kafka",
-            "--checkpoint", str(self.home / "checkpoint"),
-            "--history", str(self.home / "history"),
+            sys.executable,
+            "-m",
+            "pipeline",
+            "-v",
+            "sla",
+            "--window",
+            str(self._drill.sla_window_s),
+            "--watermark",
+            str(self._drill.sla_watermark_s),
+            "--sinks",
+            "kafka",
+            "--checkpoint",
+            str(self.home / "checkpoint"),
+            "--history",
+            str(self.home / "history"),
             # a fresh checkpoint starts at the end: the windows compared are the drill's
-            "--starting-offsets", "latest",
+            "--starting-offsets",
+            "latest",
         ]
 
     def start(self, timeout_s: float) -> float:
@@ -72,17 +88,22 @@ class SlaJob:
         logged = self.log_path.stat().st_size
         with self.log_path.open("ab") as out:
             self._proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=subprocess.STDOUT, env=self._env,
+                self.command(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
                 start_new_session=True,
             )
         while not _BATCH.search(self._log_since(logged)):
             if self._proc.poll() is not None:
-                raise SlaJobFailed(f"the SLA job exited with {self._proc.returncode}; "
-                                   f"see {self.log_path}")
+                raise SlaJobFailed(
+                    f"the SLA job exited with {self._proc.returncode}; see {self.log_path}"
+                )
             if time.monotonic() - began > timeout_s:
                 self.kill()
-                raise SlaJobFailed(f"the SLA job ran no micro-batch in {timeout_s:.0f}s; "
-                                   f"see {self.log_path}")
+                raise SlaJobFailed(
+                    f"the SLA job ran no micro-batch in {timeout_s:.0f}s; see {self.log_path}"
+                )
             time.sleep(0.5)
         return time.monotonic() - began
 
@@ -151,14 +172,19 @@ class WindowCheck:
     def problems(self) -> list[str]:
         found = []
         if self.missing:
-            found.append(f"{len(self.missing)} SLA windows never emitted "
-                         f"(starts {self.missing[:5]})")
+            found.append(
+                f"{len(self.missing)} SLA windows never emitted (starts {self.missing[:5]})"
+            )
         if self.emitted_twice:
-            found.append(f"{len(self.emitted_twice)} SLA windows emitted twice "
-                         f"(starts {self.emitted_twice[:5]})")
+            found.append(
+                f"{len(self.emitted_twice)} SLA windows emitted twice "
+                f"(starts {self.emitted_twice[:5]})"
+            )
         if self.wrong_counts:
-            found.append(f"{len(self.wrong_counts)} SLA windows with a wrong count "
-                         f"(start: (written, seen)) {dict(list(self.wrong_counts.items())[:5])}")
+            found.append(
+                f"{len(self.wrong_counts)} SLA windows with a wrong count "
+                f"(start: (written, seen)) {dict(list(self.wrong_counts.items())[:5])}"
+            )
         return found
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,8 +194,12 @@ class WindowCheck:
 
 
 def check_windows(
-    windows: Sequence[SlaWindow], completed_at: Sequence[int], *,
-    since_ms: int, window_ms: int, watermark_ms: int,
+    windows: Sequence[SlaWindow],
+    completed_at: Sequence[int],
+    *,
+    since_ms: int,
+    window_ms: int,
+    watermark_ms: int,
 ) -> WindowCheck:
     """Compare emitted ``windows`` with the results' ``completed_at`` times (tumbling windows).
 
@@ -189,6 +219,9 @@ def check_windows(
         emitted=len(emitted),
         missing=sorted(set(expected) - set(emitted)),
         emitted_twice=sorted(start for start, n in emitted.items() if n > 1),
-        wrong_counts={start: (count, seen.get(start, 0)) for start, count in sorted(written.items())
-                      if count != seen.get(start, 0) and start + window_ms <= closed_until},
+        wrong_counts={
+            start: (count, seen.get(start, 0))
+            for start, count in sorted(written.items())
+            if count != seen.get(start, 0) and start + window_ms <= closed_until
+        },
     )
