@@ -110,6 +110,10 @@ class ResultTally(TopicFollower):
             return dict(self.first_seen_ms)
 
 
+# duplicated ids whose results a reconciliation lists in full
+SAMPLES = 5
+
+
 @dataclass(frozen=True)
 class Reconciliation:
     """What became of the acknowledged requests of one drill."""
@@ -130,6 +134,8 @@ class Reconciliation:
     duplicate_copies: dict[int, int] = field(default_factory=dict)
     # worker (result.worker) -> copies it wrote after an id's first result
     duplicates_by_worker: dict[str, int] = field(default_factory=dict)
+    # a few duplicated ids: [worker, completed_at, cache level] of each result, in order
+    duplicate_samples: dict[str, list[tuple[str, int, str]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -168,6 +174,10 @@ def reconcile(
         duplicates_by_worker=dict(
             Counter(str(r.worker) for copies in duplicated for r in copies[1:])
         ),
+        duplicate_samples={
+            copies[0].request_id: [(str(r.worker), r.completed_at, str(r.cache)) for r in copies]
+            for copies in duplicated[:SAMPLES]
+        },
     )
 
 

@@ -267,3 +267,17 @@ def test_drill_without_a_stack_is_one_line(tmp_path: Path, monkeypatch: pytest.M
         f"Error: the stack under {tmp_path} is not running (kafka, redis down): start it "
         "with `babelstream up --brokers 3` (and source its settings.env)\n"
     )
+
+
+def test_reconcile_says_who_wrote_the_duplicates() -> None:
+    results = {
+        "a": [_result("a", worker="w1", completed_at=5), _result("a", worker="w2", completed_at=9)],
+        "b": [_result("b", worker="w1")] * 3,
+        "c": [_result("c", worker="w1")],
+    }
+    report = reconcile({"a": 1, "b": 1, "c": 1}, results, fault_window_ms=(50, 60))
+    assert report.duplicates == 3
+    assert report.duplicate_copies == {2: 1, 3: 1}
+    assert report.duplicates_by_worker == {"w2": 1, "w1": 2}
+    assert report.duplicate_samples["a"] == [("w1", 5, "None"), ("w2", 9, "None")]
+    assert report.p99_during_fault_ms is None  # nothing was sent during that window
