@@ -72,9 +72,15 @@ test-chaos: install
 demo: install up
 	$(BIN)/python -m pipeline.demo
 
+# Performance figures of the README (each bench a few minutes; see "Performance").
+BENCH_PAIR ?= en_en-XB
 bench: install up
-	$(BIN)/babelstream bench engine --json
-	$(BIN)/babelstream bench compare --json
+	@test -f var/models/bench/registry.toml || $(BIN)/babelstream models build-bench
+	$(BIN)/babelstream bench engine --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench compare --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench curve --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench interference --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench adaptive --pair $(BENCH_PAIR) --json
 	$(BIN)/babelstream bench sla --json
 
 lint: install

@@ -41,6 +41,8 @@ COMMANDS: dict[str, str] = {
     "sla": "pipeline.commands.sla:sla",
     "dashboard": "pipeline.commands.dashboard:dashboard",
     "drill": "pipeline.commands.drill:drill",
+    "spark": "pipeline.commands.spark:spark",
+    "glossary": "pipeline.commands.glossary:glossary",
 }
 
 

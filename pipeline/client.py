@@ -16,7 +16,14 @@ from pydantic import ValidationError
 from pipeline.codec import check_limits, describe_validation
 from pipeline.errors import ContractError, LimitExceeded, StackError
 from pipeline.kafka_check import kafka_python_client
-from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
+from pipeline.messages import (
+    GlossaryTerm,
+    Headers,
+    TextFormat,
+    TranslationRequest,
+    TranslationResult,
+    now_ms,
+)
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings, LimitSettings
 from pipeline.tracing import SPAN_SUBMIT, extract_context, has_trace_context, inject_headers, tracer
@@ -33,6 +40,10 @@ class RequestOptions:
     domain: str | None = None
     metadata: dict[str, str] | None = None
     reply_to: str | None = None
+    # text fidelity: how the text is parsed, a stored glossary, inline (source, target) terms
+    text_format: TextFormat | None = None
+    glossary: str | None = None
+    terms: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass
@@ -97,6 +108,9 @@ def build_requests(
                 domain=options.domain,
                 metadata=options.metadata,
                 reply_to=options.reply_to,
+                format=options.text_format,
+                glossary=options.glossary,
+                terms=[GlossaryTerm(source=s, target=t) for s, t in options.terms] or None,
             ))
         except ValidationError as exc:
             raise ContractError(f"text {number}: {describe_validation(exc)}") from None

@@ -15,6 +15,8 @@ REQUESTS_TOPIC = "translate.requests"
 RESULTS_TOPIC = "translate.results"
 DLQ_TOPIC = "translate.dlq"
 SLA_TOPIC = "translate.sla"
+SLA_LATE_TOPIC = "translate.sla.late"
+TICKS_TOPIC = "translate.ticks"
 PAIR_REQUESTS_PREFIX = "translate.requests."
 PAIR_BULK_PREFIX = "translate.bulk."
 

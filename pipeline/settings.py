@@ -12,7 +12,7 @@ import difflib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_origin
 
 from pydantic import (
     BaseModel,
@@ -32,7 +32,7 @@ from pydantic_settings import (
 )
 
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
+from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -75,6 +75,11 @@ class KafkaSettings(_Section):
     ssl_keyfile: Path | None = None
     ssl_key_password: SecretStr | None = None
     ssl_check_hostname: bool = True
+    # worker heartbeats (translate.ticks) and late results (translate.sla.late)
+    ticks_partitions: int = Field(1, ge=1)
+    sla_late_partitions: int = Field(1, ge=1)
+    # heartbeats are worth only their latest values
+    ticks_retention_ms: int = Field(3_600_000, ge=60_000)
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSettings:
@@ -190,6 +195,17 @@ class EngineSettings(_Section):
     compute_type: str | None = None
     # CTranslate2 max_batch_size, counted in tokens (batch_type="tokens")
     max_batch_tokens: int = Field(4096, ge=1)
+    # Measure each model at start-up: the fastest compute type when it is auto, and
+    # the call-cost model batching cuts by; cached per model and machine in
+    # profile_cache (pipeline/engine/profile.py). Off: auto = int8 (CPU) /
+    # int8_float16 (GPU) and a rough default cost model.
+    profile: bool = True
+    profile_cache: Path = PROJECT_ROOT / "var" / "engine" / "profiles.json"
+    # compute types are timed on calls of (sequences, tokens) for profile_seconds each
+    profile_shape: tuple[int, int] = (32, 24)
+    profile_seconds: float = Field(2.0, gt=0)
+    # benchmark models (`babelstream models build-bench`) are registered here
+    bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 
 
 class WorkerSettings(_Section):
@@ -227,9 +243,60 @@ class WorkerSettings(_Section):
     broker_wait_s: float = Field(120.0, ge=0)
     # SIGTERM: finish the running batch, publish, commit and exit within this bound
     stop_timeout_s: float = Field(30.0, gt=0)
+    # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
+    # job's windows close while a pair is quiet; 0 disables it
+    tick_interval_s: float = Field(5.0, ge=0)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
+_V = TypeVar("_V")
+
+
+def _check_pair_ids(value: dict[str, _V]) -> dict[str, _V]:
+    """A settings map keyed by pair id: every key must parse as one."""
+    for pair_id in value:
+        try:
+            Pair.parse(pair_id)
+        except ContractError as exc:
+            raise ValueError(str(exc)) from exc
+    return value
+
+
+class SloObjectives(_Section):
+    """Service-level objectives one window is held to; None: not an objective."""
+
+    p95_ms: float | None = Field(None, ge=0)
+    p99_ms: float | None = Field(None, ge=0)
+    # at most this share of results timed out (or exceeded the latency threshold);
+    # also the error budget the burn rates are measured against
+    timeout_ratio: float | None = Field(None, gt=0, le=1)
+    error_ratio: float | None = Field(None, ge=0, le=1)
+    # at least this many results per second of the window (bulk throughput)
+    min_throughput_per_s: float | None = Field(None, ge=0)
+
+    def over(self, other: SloObjectives) -> SloObjectives:
+        """These objectives, with the ones this leaves unset taken from ``other``."""
+        return other.model_copy(update=self.model_dump(exclude_none=True))
+
+    def targets(self) -> dict[str, float]:
+        """Objective name -> target, for the ones that are set."""
+        return {name: float(value) for name, value in self.model_dump(exclude_none=True).items()}
+
+
+class InteractiveObjectives(SloObjectives):
+    """Defaults for interactive work (a setting left out keeps its default)."""
+
+    p95_ms: float | None = Field(1000.0, ge=0)
+    p99_ms: float | None = Field(2500.0, ge=0)
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
+
+
+class BulkObjectives(SloObjectives):
+    """Defaults for bulk work: completion within the bulk threshold, not per-request latency."""
+
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
 
 
 class SlaSettings(_Section):
@@ -255,16 +322,32 @@ class SlaSettings(_Section):
     master: str = "local[2]"
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1)
+    # worker heartbeats read with the results (advance event time while pairs are quiet)
+    ticks_topic: str = TICKS_TOPIC
+    # results that arrived after their window closed, and their Parquet history
+    late_topic: str = SLA_LATE_TOPIC
+    late_history_dir: Path = PROJECT_ROOT / "var" / "sla" / "late"
+    # count each request_id once within the lateness (dropDuplicatesWithinWatermark)
+    dedup: bool = True
+    # bulk results (job_id set) are held to this threshold, not the interactive one
+    bulk_threshold_ms: int = Field(3_600_000, ge=0)
+    # objectives per priority class, and per-pair overrides of the interactive ones
+    objectives: InteractiveObjectives = InteractiveObjectives()
+    bulk_objectives: BulkObjectives = BulkObjectives()
+    pair_objectives: dict[str, SloObjectives] = {}
+    # KLL sketch size of the per-window latency sketches in the Parquet history
+    # (normalized rank error about 1.33% at 200, 0.28% at 1000; bigger k, bigger files);
+    # None: no sketches (`sla report` then has no percentiles)
+    sketch_k: int | None = Field(200, ge=8, le=65535)
+    # the driver binds here in local mode (loopback unless a setting says otherwise)
+    driver_host: str = "127.0.0.1"
+    # "hdfs" (Spark's default, in memory) or "rocksdb" (state off-heap, on local disk)
+    state_store: Literal["hdfs", "rocksdb"] = "hdfs"
 
-    @field_validator("thresholds_ms")
+    @field_validator("thresholds_ms", "pair_objectives")
     @classmethod
-    def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
-        for pair_id in value:
-            try:
-                Pair.parse(pair_id)
-            except ContractError as exc:
-                raise ValueError(str(exc)) from exc
-        return value
+    def _pair_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_pair_ids(value)
 
     @model_validator(mode="after")
     def _slide_within_window(self) -> SlaSettings:
@@ -275,6 +358,13 @@ class SlaSettings(_Section):
     def threshold_ms(self, pair_id: str) -> int:
         """The SLA latency threshold of one pair."""
         return self.thresholds_ms.get(pair_id, self.default_threshold_ms)
+
+    def objectives_for(self, series: str, priority: str) -> SloObjectives:
+        """The objectives of one series (pair id or "unsupported") and priority class."""
+        if priority == "bulk":
+            return self.bulk_objectives
+        override = self.pair_objectives.get(series)
+        return override.over(self.objectives) if override else self.objectives
 
 
 class BulkSettings(_Section):
@@ -326,6 +416,64 @@ class DashboardSettings(_Section):
     history_s: float = Field(3600.0, ge=0)
     # windows kept (and charted) per pair
     max_windows: int = Field(720, ge=1)
+
+
+class SparkClusterSettings(_Section):
+    """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
+
+    host: str = "127.0.0.1"
+    master_port: int = Field(7077, ge=1, le=65535)
+    master_webui_port: int = Field(8080, ge=1, le=65535)
+    # worker i uses worker_port + i and worker_webui_port + i
+    workers: int = Field(2, ge=1)
+    worker_port: int = Field(7078, ge=1, le=65535)
+    worker_webui_port: int = Field(8081, ge=1, le=65535)
+    worker_cores: int = Field(1, ge=1)
+    worker_memory: str = "1g"
+    daemon_memory: str = "256m"
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.master_port}"
+
+
+class FidelitySettings(_Section):
+    """Text fidelity (``pipeline/fidelity``): what is protected, glossary refresh."""
+
+    # regular expressions protected like the built-in placeholder forms (changing this or
+    # `attributes` changes translations: bump BABELSTREAM_REDIS__CACHE_VERSION with it)
+    extra_patterns: tuple[str, ...] = ()
+    # HTML/XML attributes whose values are translated
+    attributes: tuple[str, ...] = ("alt", "title", "placeholder", "aria-label")
+    # a worker re-reads a glossary it holds at most this long after its last read
+    glossary_refresh_s: float = Field(2.0, gt=0)
+    # terms in one glossary (CLI upload limit)
+    max_terms: int = Field(10_000, ge=1)
+
+
+class BatchingSettings(_Section):
+    """How workers shape engine calls (``pipeline/engine/adaptive.py``, ``batching.py``)."""
+
+    # adjust max_wait, batch size and token budget per pair from the latency
+    # objective, queueing delay, engine time and the SLA job's windows
+    adaptive: bool = False
+    # the latency objective (P95, ms) per pair id; others get default_p95_ms
+    p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
+    default_p95_ms: float = Field(1000.0, gt=0)
+    min_wait_s: float = Field(0.002, gt=0)
+    max_messages: int = Field(256, ge=1)
+    # bulk calls are cut so each is estimated to run at most this long: a running
+    # call cannot be pre-empted, so this bounds how long interactive work waits
+    bulk_max_call_s: float = Field(0.05, gt=0)
+
+    @field_validator("p95_ms")
+    @classmethod
+    def _pair_ids(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_pair_ids(value)
+
+    def objective_ms(self, pair_id: str) -> float:
+        """The P95 latency objective of one pair."""
+        return self.p95_ms.get(pair_id, self.default_p95_ms)
 
 
 class DrillSettings(_Section):
@@ -381,6 +529,9 @@ class Settings(BaseSettings):
     sla: SlaSettings = SlaSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
+    spark: SparkClusterSettings = SparkClusterSettings()
+    fidelity: FidelitySettings = FidelitySettings()
+    batching: BatchingSettings = BatchingSettings()
     drill: DrillSettings = DrillSettings()
 
     @classmethod

@@ -12,6 +12,7 @@ be committed. Faust's own acking is off for the topics we consume.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -26,19 +27,25 @@ from faust.types import StreamT
 
 from pipeline import metrics
 from pipeline.cache import TwoLevelCache
+from pipeline.dashboard.server import SlaFeed
 from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.costs import cost_of
+from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
+from pipeline.fidelity.service import FidelityService
 from pipeline.kafka_clients import faust_app_options
-from pipeline.offsets import TopicPartition
+from pipeline.messages import SlaWindow
+from pipeline.offsets import Ticket, TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import Settings
-from pipeline.steps.base import Batch, RetryBudgetExhausted
+from pipeline.steps.base import Batch, Outgoing, RetryBudgetExhausted, TransientError
 from pipeline.steps.chains import routing_steps, translation_steps
 from pipeline.steps.engine import EngineRunner
 from pipeline.steps.publish import Producer
 from pipeline.steps.runner import BatchRunner, RetryPolicy
+from pipeline.ticks import TickSource
 from workers.dedup import FaustDedupWindow
 from workers.faust_adapter import assigned_partitions, micro_batches, record_of, tp_of
 from workers.offsets import OffsetKeeper
@@ -67,15 +74,20 @@ class WorkerContext:
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     gate: PriorityGate = field(default_factory=PriorityGate)
     stats: WorkerStats = field(default_factory=WorkerStats)
+    # markup, placeholders and glossaries (pipeline/fidelity); None: plain text only
+    fidelity: FidelityService | None = None
 
 
 class WorkerShell:
     """What every agent does with a fetched micro-batch, and the worker's lifecycle state."""
 
-    def __init__(self, app: faust.App, ctx: WorkerContext, offsets: OffsetKeeper) -> None:
+    def __init__(
+        self, app: faust.App, ctx: WorkerContext, offsets: OffsetKeeper, producer: Producer
+    ) -> None:
         self.app = app
         self.ctx = ctx
         self.offsets = offsets
+        self.producer = producer
         self.draining = False
         self.exit_code = 0
         self.joined = False
@@ -87,19 +99,39 @@ class WorkerShell:
         self._never = asyncio.Event()
         # the topics the agents consume (not Faust's changelog or leader topics)
         self.sources: set[str] = set()
+        # each translation agent's batch shaper, by its topic
+        self.shapers: dict[str, BatchShaper] = {}
 
     def input_partitions(self) -> list[TopicPartition]:
         """Assigned partitions of the topics the agents consume."""
         return sorted(tp for tp in assigned_partitions(self.app) if tp.topic in self.sources)
 
     async def handle(self, events: Sequence[Any], runner: BatchRunner,
-                     window: FaustDedupWindow | None = None) -> None:
-        """Admit, process, publish and mark done one micro-batch of one agent."""
+                     window: FaustDedupWindow | None = None,
+                     batch_size: Callable[[], int] | None = None) -> None:
+        """Admit, process, publish and mark done what one agent took, a micro-batch at a time.
+
+        ``batch_size`` (the batch shaper's current size) cuts a large take into
+        micro-batches, each committed as soon as it is done.
+        """
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
-        admitted, tickets = await self.offsets.admit(events)
-        if not admitted:
+        try:
+            admitted, tickets = await self.offsets.admit(events)
+        except Exception as exc:
+            # The group's offsets could not be read (broker away). Dropping these events is
+            # safe: nothing was taken, and the offset book seeks back when it sees the gap.
+            log.warning("could not admit %d events (%s); they will be fetched again",
+                        len(events), exc)
+            await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
             return
+        while admitted:
+            size = max(1, batch_size()) if batch_size is not None else len(admitted)
+            await self._process(admitted[:size], tickets[:size], runner, window)
+            admitted, tickets = admitted[size:], tickets[size:]
+
+    async def _process(self, admitted: Sequence[Any], tickets: list[Ticket],
+                       runner: BatchRunner, window: FaustDedupWindow | None) -> None:
         if window is not None:
             window.bind(admitted)
         tps = {tp_of(e) for e in admitted}
@@ -213,8 +245,8 @@ def create_app(
         web_enabled=True,
     )
     offsets = OffsetKeeper(app, s.kafka, app_id, w.commit_interval_s)
-    shell = WorkerShell(app, ctx, offsets)
     producer = FaustProducer(app, w.produce_timeout_s)
+    shell = WorkerShell(app, ctx, offsets, producer)
     policy = RetryPolicy(w.retry_initial_s, w.retry_max_s, w.retry_budget_s)
 
     def source(name: str) -> faust.TopicT:
@@ -239,7 +271,7 @@ def create_app(
     for entry in served:
         _add_pair_agents(app, shell, entry, source, producer, policy)
 
-    _add_lifecycle(app, shell)
+    _add_lifecycle(app, shell, [entry.pair.id for entry in served])
     return app, shell
 
 
@@ -248,20 +280,27 @@ def _add_pair_agents(
     source: Callable[[str], faust.TopicT], producer: Producer, policy: RetryPolicy,
 ) -> None:
     ctx = shell.ctx
-    w = ctx.settings.worker
+    s, w = ctx.settings, ctx.settings.worker
     table = app.Table(
-        f"dedup-{entry.pair.id}", default=dict, partitions=ctx.settings.kafka.pair_partitions
+        f"dedup-{entry.pair.id}", default=dict, partitions=s.kafka.pair_partitions
     ).tumbling(w.dedup_window_s, expires=2 * w.dedup_window_s)
-    for priority, topic_name, take, budget in (
-        (INTERACTIVE, pair_topic(entry.pair), w.max_messages, w.token_budget),
-        (BULK, bulk_topic(entry.pair), w.bulk_max_messages, w.bulk_token_budget),
+    cost = cost_of(entry.translator, entry.pair)
+    for priority, topic_name, budget in (
+        (INTERACTIVE, pair_topic(entry.pair), w.token_budget),
+        (BULK, bulk_topic(entry.pair), w.bulk_token_budget),
     ):
+        # the batch shape: static, or adaptive (interactive); bulk calls bounded in time
+        shaper = BatchShaper(s, entry.pair, cost, bulk=priority == BULK)
+        shell.shapers[topic_name] = shaper
         # One window adapter per agent: each binds its own batch's events (same table).
         window = FaustDedupWindow(table, w.dedup_window_s)
-        engine = EngineRunner(entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority)
+        engine = EngineRunner(
+            entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority, shaper=shaper
+        )
         steps = translation_steps(
-            limits=ctx.settings.limits, window=window, cache=ctx.cache, engine=engine,
+            limits=s.limits, window=window, cache=ctx.cache, engine=engine,
             producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
+            fidelity=ctx.fidelity,
         )
         runner = BatchRunner(
             steps,
@@ -270,22 +309,25 @@ def _add_pair_agents(
             ),
             policy, name=topic_name,
         )
+        # Take as much as the shape may ever ask for; the shell cuts it to the current size.
+        take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
         app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(
-            _translation_agent(shell, runner, window, take, w.max_wait_s)
+            _translation_agent(shell, runner, window, take, w.max_wait_s, shaper)
         )
 
 
 def _translation_agent(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int, wait_s: float
+    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow, take: int,
+    wait_s: float, shaper: BatchShaper,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     async def translate(stream: StreamT[Any]) -> None:
         async for events in micro_batches(stream, take, wait_s):
-            await shell.handle(events, runner, window)
+            await shell.handle(events, runner, window, lambda: shaper.knobs.max_messages)
 
     return translate
 
 
-def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
+def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> None:
     """Rebalance hooks, the commit task, readiness and stats pages, metric sampling."""
     ctx = shell.ctx
     obs = ctx.settings.observability
@@ -307,6 +349,32 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
     @app.task
     async def commit_offsets() -> None:
         await shell.offsets.run()
+
+    if served and ctx.settings.worker.tick_interval_s > 0:
+        ticks = TickSource(served, ctx.worker_name)
+
+        # Heartbeats, so the SLA job closes a quiet pair's windows (never on translate.results).
+        @app.timer(interval=ctx.settings.worker.tick_interval_s)
+        async def publish_ticks() -> None:
+            with contextlib.suppress(TransientError):  # a missed tick is made up by the next
+                await shell.producer.send_all(
+                    [Outgoing(topic, key, value, [], "tick")
+                     for topic, key, value in ticks.records()]
+                )
+
+    adaptive = [shaper for shaper in shell.shapers.values() if shaper.controller]
+    if adaptive:
+        sla = ctx.settings.sla
+
+        @app.task
+        async def follow_sla_windows() -> None:
+            """The adaptive controllers' outer loop: the SLA job's windows of their pairs."""
+
+            def to_shapers(window: SlaWindow) -> None:
+                for shaper in adaptive:
+                    shaper.add(window)
+
+            await SlaFeed(ctx.settings.kafka, sla.sink_topic, 0.0, SlaWindow, to_shapers).run()
 
     @app.task
     async def announce_ready() -> None:
@@ -352,9 +420,12 @@ async def _sample_lag(app: faust.App, shell: WorkerShell) -> None:
             return
         ends = await app.consumer.highwaters(*(FaustTP(*tp) for tp in inputs))
         committed = await asyncio.to_thread(shell.offsets.committed_offsets, inputs)
-        metrics.set_committed_lag(app.conf.id, {
-            tp: ends[FaustTP(*tp)] - committed.get(tp, 0)
-            for tp in inputs if FaustTP(*tp) in ends
-        })
+        lag = {tp: ends[FaustTP(*tp)] - committed.get(tp, 0)
+               for tp in inputs if FaustTP(*tp) in ends}
+        metrics.set_committed_lag(
+            app.conf.id, {(tp.topic, tp.partition): n for tp, n in lag.items()}
+        )
+        for topic, shaper in shell.shapers.items():
+            shaper.lag(sum(n for tp, n in lag.items() if tp.topic == topic))
     except Exception as exc:  # a rebalance in progress; sample again next time
         log.debug("lag sample failed: %s", exc)

@@ -26,10 +26,10 @@ from tenacity import (
 
 from pipeline.errors import BabelStreamError, ServiceUnavailable
 from pipeline.kafka_clients import admin_client
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, TICKS_TOPIC, Pair
 from pipeline.reachability import kafka_unreachable, require_kafka
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs
+from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +43,8 @@ def worker_topics(
 ) -> dict[str, TopicSpec]:
     """Every topic this worker reads or writes, with how to create it."""
     kafka = settings.kafka
-    specs = {
-        RESULTS_TOPIC: TopicSpec(kafka.results_partitions),
-        DLQ_TOPIC: TopicSpec(kafka.dlq_partitions),
-    }
+    every = topic_specs(settings)
+    specs = {name: every[name] for name in (RESULTS_TOPIC, DLQ_TOPIC, TICKS_TOPIC)}
     if with_router:
         specs[REQUESTS_TOPIC] = TopicSpec(kafka.ingress_partitions)
     for pair in pairs:

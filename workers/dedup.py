@@ -49,4 +49,5 @@ class FaustDedupWindow:
                 "model": value.model,
                 "input_tokens": value.input_tokens,
                 "output_tokens": value.output_tokens,
+                "extra": value.extra,
             }

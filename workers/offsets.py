@@ -119,7 +119,12 @@ class OffsetKeeper:
         # it then drops; so the seek is repeated until the owed record arrives.
         self.seeks += 1
         self._last_seek[tp] = time.monotonic()
-        await self._app.consumer.seek_wait({TP(tp.topic, tp.partition): self.ledger.owed(tp)})
+        try:
+            await self._app.consumer.seek_wait(
+                {TP(tp.topic, tp.partition): self.ledger.owed(tp)}
+            )
+        except Exception as exc:  # revoked meanwhile, or the broker is away: retried later
+            log.info("%s[%d]: seek not done now (%s); retrying", tp.topic, tp.partition, exc)
 
     async def _reseek_if_due(self, tp: TopicPartition) -> None:
         if time.monotonic() - self._last_seek.get(tp, 0.0) >= self.reseek_s:

@@ -9,7 +9,7 @@ from pipeline.bulk import BulkError
 from pipeline.bulk.assemble import DocumentOutcome, SegmentOutcome, assemble_document
 from pipeline.bulk.readers import Corpus
 from pipeline.bulk.requests import doc_key, request_id
-from pipeline.bulk.segmenter import Segmentation, segment_document
+from pipeline.bulk.segmenter import Segmentation, segment_for_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,14 @@ class JobPlan:
         ]
 
 
-def build_plan(job_id: str, corpus: Corpus, max_segment_bytes: int) -> JobPlan:
-    """Segment every document of ``corpus`` and name each segment's request."""
+def build_plan(
+    job_id: str, corpus: Corpus, max_segment_bytes: int, text_format: str = "text"
+) -> JobPlan:
+    """Segment every document of ``corpus`` and name each segment's request.
+
+    Plain text is cut into sentences; markup documents (``text_format``
+    html, xml or markdown) are one segment each.
+    """
     keys: dict[str, str] = {}
     documents: list[Segmentation | None] = []
     tasks: list[SegmentTask] = []
@@ -56,7 +62,10 @@ def build_plan(job_id: str, corpus: Corpus, max_segment_bytes: int) -> JobPlan:
         if text is None:
             documents.append(None)
             continue
-        segmentation = segment_document(text, max_segment_bytes)
+        try:
+            segmentation = segment_for_format(text, text_format, max_segment_bytes)
+        except BulkError as exc:
+            raise BulkError(f"document {doc_id!r}: {exc}") from None
         documents.append(segmentation)
         tasks.extend(
             SegmentTask(request_id(job_id, doc_id, i), doc_index, i, segment.text)

@@ -27,7 +27,7 @@ from pipeline.bulk import BulkError, BulkInterrupted
 from pipeline.bulk.assemble import SegmentOutcome, assemble_table, check_output_columns
 from pipeline.bulk.plan import JobPlan, SegmentTask, build_plan
 from pipeline.bulk.readers import Corpus
-from pipeline.bulk.requests import RequestTemplate
+from pipeline.bulk.requests import RequestTemplate, job_identity
 from pipeline.bulk.state import JobState, result_record
 from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.engine.registry import Registry
@@ -54,10 +54,12 @@ class JobSpec:
     text_column: str = "text"
     tenant: str | None = None
     domain: str | None = None
+    text_format: str = "text"
+    glossary: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The manifest fields a job keeps for life (they change translations)."""
-        return {"pair": self.pair.id, "tenant": self.tenant, "domain": self.domain}
+        return job_identity(self.pair, self.tenant, self.domain, self.text_format, self.glossary)
 
 
 @dataclass
@@ -111,7 +113,7 @@ def run_job(
     started = time.monotonic()
     if spec.output is not None:
         check_output_columns(corpus.table.column_names)
-    plan = build_plan(spec.job_id, corpus, settings.limits.max_text_bytes)
+    plan = build_plan(spec.job_id, corpus, settings.limits.max_text_bytes, spec.text_format)
     state = JobState(settings.bulk.state_dir, spec.job_id)
     state.start(
         spec.identity(), inputs=list(spec.inputs), format=spec.fmt, id_column=spec.id_column,
@@ -167,6 +169,7 @@ class _Pump:
         self._template = RequestTemplate(
             job_id=spec.job_id, pair=spec.pair, model_id=model_id_for(settings, spec.pair),
             timeout_ms=settings.bulk.timeout_ms, tenant=spec.tenant, domain=spec.domain,
+            text_format=spec.text_format, glossary=spec.glossary,
         )
 
     def run(self, pending: list[SegmentTask]) -> None:

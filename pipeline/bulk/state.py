@@ -71,7 +71,8 @@ class JobState:
     def manifest(self) -> dict[str, Any]:
         """The manifest (BulkError when the job has none)."""
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            manifest: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            return manifest
         except FileNotFoundError:
             raise BulkError(f"no bulk job {self.job_id!r} under {self.path.parent}") from None
 

@@ -23,6 +23,7 @@ from pipeline.stack.procs import (
 from pipeline.stack.redis import RedisService
 from pipeline.stack.secure import ensure_secure_material
 from pipeline.stack.service import Probe, Reporter, Service, quiet
+from pipeline.stack.spark import spark_services
 from pipeline.stack.topics import ensure_topics, topic_specs
 
 _POLL_S = 0.5
@@ -69,6 +70,16 @@ def services(settings: Settings) -> list[Service]:
     nodes: list[Service] = [KafkaService(settings, node, clients.kafka)
                             for node in layout.node_ports(settings.stack)]
     return [*nodes, RedisService(settings, clients.redis)]
+
+
+def optional_services(settings: Settings) -> list[Service]:
+    """Services started on request (``babelstream spark up``); listed and stopped when running."""
+    return spark_services(settings)
+
+
+def _started_optional(settings: Settings) -> list[Service]:
+    """The optional services that have a PID file (were started)."""
+    return [s for s in optional_services(settings) if s.pidfile.read() is not None]
 
 
 def _running(service: Service) -> ProcessRecord | None:
@@ -163,6 +174,20 @@ def start_services(settings: Settings, report: Reporter = quiet) -> None:
     layout.record_layout(settings)
 
 
+def start(settings: Settings, chosen: list[Service], report: Reporter = quiet) -> None:
+    """Start each of ``chosen`` in order unless it runs, each healthy before the next."""
+    for service in chosen:
+        record, started = _launch(service, report)
+        try:
+            _wait_healthy(service, record, time.monotonic() + settings.stack.start_timeout_s,
+                          report if started else quiet)
+        except StackError:
+            if started:
+                terminate(record, grace_s=5)
+                service.pidfile.remove()
+            raise
+
+
 def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     """Start whatever is not running, wait until healthy, create topics (idempotent)."""
     start_services(settings, report)
@@ -211,6 +236,8 @@ def down(settings: Settings, report: Reporter = quiet,
              for name in layout.service_names(_layout(settings).stack)}
     for path in sorted(run_dir.glob("kafka*.pid")):
         known.setdefault(path.stem, PidFile(path))
+    for service in _started_optional(settings):
+        known.setdefault(service.name, service.pidfile)
     selected = {name: pidfile for name, pidfile in known.items()
                 if names is None or name in names}
     grace_s = settings.stack.stop_timeout_s
@@ -223,7 +250,7 @@ def down(settings: Settings, report: Reporter = quiet,
 def status(settings: Settings) -> list[ServiceStatus]:
     """Health, version and pid of each service (pid None: not started by us)."""
     result = []
-    for service in services(_layout(settings)):
+    for service in [*services(_layout(settings)), *_started_optional(settings)]:
         record = _running(service)
         pid = record.pid if record else None
         probe = service.probe(pid)

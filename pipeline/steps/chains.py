@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeline.cache import TwoLevelCache
+from pipeline.fidelity.service import FidelityService
 from pipeline.routing import Router
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Step
@@ -12,6 +13,7 @@ from pipeline.steps.decode import Decode
 from pipeline.steps.dedup import InBatchDedup
 from pipeline.steps.emit import Emit
 from pipeline.steps.engine import EngineRunner, Translate
+from pipeline.steps.fidelity import ApplyGlossary, TranslateFaithfully
 from pipeline.steps.observe import Observe, StatsSink
 from pipeline.steps.publish import Producer, Publish
 from pipeline.steps.resolve import Resolve
@@ -30,16 +32,22 @@ def translation_steps(
     producer: Producer,
     totals: StatsSink,
     compute_type: str,
+    fidelity: FidelityService | None = None,
 ) -> list[Step]:
-    """A translation agent's micro-batch: one result (or dead letter) per record."""
+    """A translation agent's micro-batch: one result (or dead letter) per record.
+
+    With ``fidelity``, glossaries key the digest before any lookup and the
+    engine step keeps markup, placeholders and terms (``pipeline.fidelity``).
+    """
     return [
         Decode(limits),
+        *([ApplyGlossary(fidelity)] if fidelity else []),
         OpenSpans(compute_type),
         Deadline(limits.default_timeout_ms),
         InBatchDedup(),
         WindowLookup(window),
         CacheLookup(cache),
-        Translate(engine),
+        TranslateFaithfully(engine, fidelity) if fidelity else Translate(engine),
         Store(cache, window),
         Resolve(),
         Emit(),
