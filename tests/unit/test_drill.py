@@ -121,12 +121,13 @@ def test_drop_rules_name_the_group_and_each_broker_port() -> None:
     ]
 
 
-def _window(start: int, count: int) -> SlaWindow:
+def _window(start: int, count: int, duplicates: int = 0) -> SlaWindow:
     return SlaWindow(
         pair="en_en-XA",
         window_start=start,
         window_end=start + W,
         count=count,
+        duplicates=duplicates,
         p50_ms=1,
         p95_ms=1,
         p99_ms=1,
@@ -165,6 +166,15 @@ def test_closed_windows_must_each_be_emitted_once_with_their_count() -> None:
     assert short.problems() == [
         f"1 SLA windows with a wrong count (start: (written, seen)) {{{base}: (1, 2)}}"
     ]
+    # a result counted once and its copy as a duplicate: every result accounted for
+    deduplicated = check_windows(
+        [_window(base, 1, duplicates=1), _window(base + W, 1), _window(base + 2 * W, 1)],
+        completed,
+        since_ms=base,
+        window_ms=W,
+        watermark_ms=W,
+    )
+    assert deduplicated.problems() == []
 
 
 def test_windows_before_the_first_whole_window_of_traffic_are_not_expected() -> None:
