@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TRAIN_VENV := .venv-train
 
-.PHONY: install system-deps vendor up down status test test-unit test-integration demo lint train-env build-demo bench clean
+.PHONY: install system-deps vendor up down status test test-unit test-integration test-chaos demo lint train-env build-demo bench clean
 
 install: $(STAMP) system-deps
 
@@ -62,6 +62,12 @@ test-unit: install
 
 test-integration: install up
 	$(BIN)/pytest -m integration
+
+# The chaos suite: a 3-broker cluster and workers of its own (beside the stack `up`
+# starts), one fault per scenario under paced traffic, every request reconciled;
+# reports appended to var/chaos/report.jsonl.
+test-chaos: install
+	$(BIN)/pytest -m chaos
 
 demo: install up
 	$(BIN)/python -m pipeline.demo

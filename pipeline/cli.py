@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "bulk": "pipeline.commands.bulk:bulk",
     "sla": "pipeline.commands.sla:sla",
     "dashboard": "pipeline.commands.dashboard:dashboard",
+    "drill": "pipeline.commands.drill:drill",
     "spark": "pipeline.commands.spark:spark",
     "glossary": "pipeline.commands.glossary:glossary",
 }

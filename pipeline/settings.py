@@ -476,6 +476,39 @@ class BatchingSettings(_Section):
         return self.p95_ms.get(pair_id, self.default_p95_ms)
 
 
+class DrillSettings(_Section):
+    """Fault drills (``babelstream drill``, ``tests/chaos``): traffic, fault lengths, bounds."""
+
+    # paced traffic: requests per second for this many seconds; the fault comes
+    # after this fraction of it
+    rate: float = Field(50.0, gt=0)
+    seconds: float = Field(30.0, gt=0)
+    fault_at: float = Field(1 / 3, gt=0, lt=1)
+    # every Nth request repeats the text of the one sent repeat_lag_s earlier (0: none)
+    repeat_every: int = Field(5, ge=0)
+    repeat_lag_s: float = Field(2.0, gt=0)
+    # drill requests must never time out: a timeout result would hide a stall
+    request_timeout_ms: int = Field(600_000, ge=1)
+    # after the heal, this long of repeats of texts answered before the fault
+    after_heal_s: float = Field(5.0, ge=0)
+    # workers the drill starts (one consumer group, distinct instance ids)
+    workers: int = Field(2, ge=1)
+    # a stopped broker or Redis stays down this long; a worker is cut off this long
+    outage_s: float = Field(10.0, ge=0)
+    cut_s: float = Field(20.0, gt=0)
+    # bounds: each fault or heal step; the results after the traffic; commits after that
+    step_timeout_s: float = Field(240.0, gt=0)
+    tail_timeout_s: float = Field(180.0, gt=0)
+    commit_timeout_s: float = Field(60.0, gt=0)
+    # the SLA job drilled on a checkpoint of its own: windows and allowed lateness
+    sla_window_s: float = Field(5.0, gt=0)
+    sla_watermark_s: float = Field(5.0, ge=0)
+    # worker logs, SLA checkpoints and the JSON-lines report
+    home: Path = PROJECT_ROOT / "var" / "chaos"
+    # the cut-off worker runs with this (system) group, which the firewall rule matches
+    cut_group: str = "babelstream-drill"
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -499,6 +532,7 @@ class Settings(BaseSettings):
     spark: SparkClusterSettings = SparkClusterSettings()
     fidelity: FidelitySettings = FidelitySettings()
     batching: BatchingSettings = BatchingSettings()
+    drill: DrillSettings = DrillSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -282,18 +282,26 @@ def _write_private(path: Path, text: str) -> None:
     path.with_suffix(".tmp").replace(path)
 
 
+def client_environment(settings: Settings) -> dict[str, str]:
+    """The ``BABELSTREAM_*`` variables of :func:`client_sections` (for a child process)."""
+    return {
+        f"BABELSTREAM_{section.upper()}__{key.upper()}":
+            json.dumps(value) if isinstance(value, bool) else str(value)
+        for section, values in client_sections(settings).items()
+        for key, value in values.items()
+    }
+
+
 def write_client_settings(settings: Settings) -> tuple[Path, Path]:
     """Write the client settings files (mode 0600: they hold the credentials)."""
-    sections = client_sections(settings)
     toml_path, env_path = settings_files(settings.stack.home)
     _write_private(
         toml_path,
-        "# written by `babelstream up`: how clients reach this stack\n" + tomli_w.dumps(sections),
+        "# written by `babelstream up`: how clients reach this stack\n"
+        + tomli_w.dumps(client_sections(settings)),
     )
     lines = ["# written by `babelstream up`: source it to reach this stack"]
-    for section, values in sections.items():
-        for key, value in values.items():
-            text = json.dumps(value) if isinstance(value, bool) else str(value)
-            lines.append(f"export BABELSTREAM_{section.upper()}__{key.upper()}={shlex.quote(text)}")
+    lines += [f"export {name}={shlex.quote(value)}"
+              for name, value in client_environment(settings).items()]
     _write_private(env_path, "\n".join(lines) + "\n")
     return toml_path, env_path

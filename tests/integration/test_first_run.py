@@ -10,14 +10,13 @@ Runs first in ``make test`` (see ``tests/conftest.py``).
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from pipeline.client import TranslationClient, build_requests
-from pipeline.drill.reconcile import committed_lag
+from pipeline.drill.reconcile import wait_committed
 from pipeline.kafka_clients import admin_client
 from pipeline.local_worker import WorkerProcess, free_port
 from pipeline.pairs import REQUESTS_TOPIC, Pair, pair_topic
@@ -75,11 +74,9 @@ def test_first_request_on_a_new_broker_is_ok(fresh: tuple[Settings, dict[str, st
         assert result is not None and result.status == "ok", result
         assert result.translation == "Ĥéļļö ŵöŕļð"
         # the first commits complete: nothing left uncommitted on the topics it read
-        deadline = time.monotonic() + 30
         topics = [REQUESTS_TOPIC, pair_topic(EN_XA)]
-        while any((lag := committed_lag(settings.kafka, "babelstream", topics)).values()):
-            assert time.monotonic() < deadline, f"commits stalled: {lag}"
-            time.sleep(0.5)
+        lag = wait_committed(settings.kafka, "babelstream", topics, timeout_s=30)
+        assert not any(lag.values()), f"commits stalled: {lag}"
     finally:
         took = worker.signal(signal.SIGTERM, timeout_s=60)
     assert took is not None and took <= STOP_BOUND_S + 2, f"SIGTERM took {took:.1f}s"
