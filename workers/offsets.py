@@ -57,18 +57,13 @@ class OffsetKeeper:
 
     async def admit(self, events: Sequence[Event]) -> tuple[list[Event], list[Ticket]]:
         """The events to process now (in order, none skipped) and their tickets."""
-        epoch = self.ledger.epoch
         unknown = {tp_of(e) for e in events if not self.ledger.knows(tp_of(e))}
-        if unknown:
-            starts = await self._starting_offsets(unknown)
-            if self.ledger.epoch != epoch:
-                # Rebalanced meanwhile: these events belong to the old assignment. The
-                # new one starts at the committed offsets, and a skip is sought back.
-                log.info("rebalanced while starting partitions; %d fetched events dropped",
-                         len(events))
-                return [], []
-            for tp, offset in starts.items():
-                self.ledger.start(tp, offset)
+        if unknown and not await self._start(unknown):
+            # Rebalanced meanwhile: these events belong to the old assignment. The
+            # new one starts at the committed offsets, and a skip is sought back.
+            log.info("rebalanced while starting partitions; %d fetched events dropped",
+                     len(events))
+            return [], []
         admitted: list[Event] = []
         tickets: list[Ticket] = []
         for event in events:
@@ -141,13 +136,8 @@ class OffsetKeeper:
             self._stalled.clear()
             return
         unknown = [tp for tp in inputs if not self.ledger.knows(tp)]
-        if unknown:
-            epoch = self.ledger.epoch
-            starts = await self._starting_offsets(unknown)
-            if self.ledger.epoch != epoch:
-                return
-            for tp, offset in starts.items():
-                self.ledger.start(tp, offset)
+        if unknown and not await self._start(unknown):
+            return
         ends = await self._app.consumer.highwaters(*(TP(tp.topic, tp.partition) for tp in inputs))
         now, owed_all = time.monotonic(), self.ledger.owed_all()
         for tp in inputs:
@@ -168,6 +158,20 @@ class OffsetKeeper:
         """Seek again every partition whose refetch has not arrived in time."""
         for tp in self.ledger.refetching():
             await self._reseek_if_due(tp)
+
+    async def _start(self, tps: Iterable[TopicPartition]) -> bool:
+        """Start partitions at the group's committed offsets; False if rebalanced meanwhile."""
+        epoch = self.ledger.epoch
+        starts = await self._starting_offsets(tps)
+        if self.ledger.epoch != epoch:
+            return False
+        for tp, offset in starts.items():
+            # the agents and the stall timer both start partitions lazily: one that
+            # the other started during this lookup may have taken records already,
+            # and starting it again would rewind it (every record since, twice)
+            if not self.ledger.knows(tp):
+                self.ledger.start(tp, offset)
+        return True
 
     async def _starting_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offset of each partition, or the log start when none."""
