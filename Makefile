@@ -8,16 +8,18 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TRAIN_VENV := .venv-train
 
-.PHONY: install system-deps vendor up down status test test-unit test-integration demo lint train-env build-demo bench clean
+.PHONY: install system-deps vendor up down status test test-unit test-integration test-chaos demo lint train-env build-demo bench clean
 
 install: $(STAMP) system-deps
 
-# Debian's chromium (dashboard browser test) and docker-compose v1 (checks
-# docker-compose.yml without an engine). Installed as root when missing;
-# otherwise those tests skip and say why.
+# Debian's chromium (dashboard browser test), docker-compose v1 (checks
+# docker-compose.yml without an engine) and prometheus (its promtool checks and
+# unit-tests the alert rules). Installed as root when missing; otherwise those
+# tests skip and say why.
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v docker-compose >/dev/null 2>&1 || docker compose version >/dev/null 2>&1 \
 		|| missing="$$missing docker-compose"; \
 	if [ -n "$$missing" ]; then \
@@ -25,7 +27,7 @@ system-deps:
 			echo "apt-get install$$missing"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 		else \
-			echo "warning: not root or no apt-get; install$$missing for the browser/compose tests"; \
+			echo "warning: not root or no apt-get; install$$missing for the browser/compose/alert-rule tests"; \
 		fi; \
 	fi
 
@@ -61,12 +63,24 @@ test-unit: install
 test-integration: install up
 	$(BIN)/pytest -m integration
 
+# The chaos suite: a 3-broker cluster and workers of its own (beside the stack `up`
+# starts), one fault per scenario under paced traffic, every request reconciled;
+# reports appended to var/chaos/report.jsonl.
+test-chaos: install
+	$(BIN)/pytest -m chaos
+
 demo: install up
 	$(BIN)/python -m pipeline.demo
 
+# Performance figures of the README (each bench a few minutes; see "Performance").
+BENCH_PAIR ?= en_en-XB
 bench: install up
-	$(BIN)/babelstream bench engine --json
-	$(BIN)/babelstream bench compare --json
+	@test -f var/models/bench/registry.toml || $(BIN)/babelstream models build-bench
+	$(BIN)/babelstream bench engine --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench compare --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench curve --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench interference --pair $(BENCH_PAIR) --json
+	$(BIN)/babelstream bench adaptive --pair $(BENCH_PAIR) --json
 	$(BIN)/babelstream bench sla --json
 
 lint: install

@@ -45,11 +45,12 @@ from pyspark.sql.pandas.types import from_arrow_type
 from pipeline.bulk import BulkError
 from pipeline.bulk.assemble import SegmentOutcome, assemble_document
 from pipeline.bulk.readers import DEFAULT_ID_COLUMN
-from pipeline.bulk.requests import RequestTemplate, wire_doc_id
+from pipeline.bulk.requests import RequestTemplate, job_identity, wire_doc_id
 from pipeline.bulk.runner import model_id_for
 from pipeline.bulk.schema import OUTPUT_COLUMNS, OUTPUT_FIELDS
-from pipeline.bulk.segmenter import Segment, Segmentation, segment_document
+from pipeline.bulk.segmenter import Segment, Segmentation, segment_for_format
 from pipeline.bulk.state import JobState
+from pipeline.kafka_clients import spark_kafka_options
 from pipeline.messages import now_ms
 from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_topic
 from pipeline.settings import Settings
@@ -129,11 +130,11 @@ def _udf(function: Any, arrow_type: pa.DataType) -> Any:
     return F.udf(function, from_arrow_type(arrow_type), useArrow=False)
 
 
-def _plan_document(max_bytes: int) -> Any:
+def _plan_document(max_bytes: int, text_format: str) -> Any:
     def plan(doc_id: str, text: str | None) -> dict[str, Any]:
         if text is None:
             return {"wire_id": wire_doc_id(doc_id), "segments": None, "tail": None}
-        seg = segment_document(text, max_bytes)
+        seg = segment_for_format(text, text_format, max_bytes)
         return {"wire_id": wire_doc_id(doc_id), "tail": seg.tail,
                 "segments": [{"lead": s.lead, "text": s.text} for s in seg.segments]}
 
@@ -168,15 +169,16 @@ def _assemble_document(
 
 
 def _output_column() -> Column:
-    return _udf(_assemble_document, pa.struct(list(OUTPUT_FIELDS)))(
+    column: Column = _udf(_assemble_document, pa.struct(list(OUTPUT_FIELDS)))(
         F.col(f"{PLAN}.segments"), F.col(f"{PLAN}.tail"), F.col(RESULTS))
+    return column
 
 
 def job_results(spark: SparkSession, settings: Settings, job_id: str, topic: str) -> DataFrame:
     """This job's results on ``topic`` (batch read, earliest to latest)."""
     raw = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+        .options(**spark_kafka_options(settings.kafka))
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")
@@ -205,20 +207,26 @@ def submit(
     domain: str | None = None,
     topic: str | None = None,
     max_segments: int | None = None,
+    text_format: str = "text",
+    glossary: str | None = None,
 ) -> dict[str, Any]:
-    """Plan the job and publish the requests of its segments without an ok result."""
+    """Plan the job and publish the requests of its segments without an ok result.
+
+    Markup documents (``text_format`` html, xml, markdown) are one segment each.
+    """
     template = RequestTemplate(
         job_id=job_id, pair=pair, model_id=model_id_for(settings, pair),
         timeout_ms=settings.bulk.timeout_ms, tenant=tenant, domain=domain,
+        text_format=text_format, glossary=glossary,
     )
     topic = topic or bulk_topic(pair)
     state = JobState(settings.bulk.state_dir, job_id)
     plan_dir = plan_path(settings, job_id)
-    state.start({"pair": pair.id, "tenant": tenant, "domain": domain}, engine="spark",
+    state.start(job_identity(pair, tenant, domain, text_format, glossary), engine="spark",
                 inputs=[input_path], id_column=id_column, text_column=text_column,
                 plan=str(plan_dir))
     docs = read_documents(spark, input_path, id_column, text_column)
-    planned = docs.withColumn(PLAN, _plan_document(settings.limits.max_text_bytes)(
+    planned = docs.withColumn(PLAN, _plan_document(settings.limits.max_text_bytes, text_format)(
         F.col(DOC_ID), F.col(text_column)))
     planned.write.mode("overwrite").parquet(str(plan_dir))
     plan = spark.read.parquet(str(plan_dir))
@@ -239,7 +247,7 @@ def submit(
     try:
         published = pending.count()
         (pending.write.format("kafka")
-         .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+         .options(**spark_kafka_options(settings.kafka))
          .option("kafka.acks", "all")
          .option("topic", topic)
          .save())

@@ -13,18 +13,21 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
-from typing import ClassVar, Literal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
 
 import redis
 from cachetools import LRUCache
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
 
 log = logging.getLogger(__name__)
 
 Level = Literal["l1", "l2"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,8 @@ class CachedTranslation:
     model: str
     input_tokens: int
     output_tokens: int
+    # further TranslationResult fields a hit repeats (fidelity, glossary_hits, glossary_version)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -87,17 +92,12 @@ class RedisCache:
         self,
         settings: RedisSettings,
         *,
-        client: redis.Redis | None = None,
+        client: redis.Redis[bytes] | None = None,
         retry_after_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
-        self._client = client or redis.Redis.from_url(
-            settings.url,
-            password=settings.password.get_secret_value() if settings.password else None,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-        )
+        self._client = client or redis_client(settings)
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._down_until = 0.0
@@ -168,13 +168,18 @@ class RedisCache:
 class TwoLevelCache:
     """Looks up L1 then L2 (promoting L2 hits into L1); stores into both.
 
-    Async because L2 round trips run in a thread, off the event loop; L1 is
-    only touched on the loop, so it needs no lock.
+    Async because L2 round trips run in a thread of their own, off the event
+    loop and out of the engine's executors (a slow Redis never delays a model
+    call, nor the reverse); L1 is only touched on the loop, so it needs no lock.
     """
 
     def __init__(self, l1: LruCache, l2: RedisCache | None) -> None:
         self.l1 = l1
         self.l2 = l2
+        self._redis = ThreadPoolExecutor(1, thread_name_prefix="redis")
+
+    async def _l2(self, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._redis, call)
 
     async def get_many(
         self, digests: list[str]
@@ -184,7 +189,8 @@ class TwoLevelCache:
         }
         rest = [d for d in digests if d not in found]
         if rest and self.l2 is not None:
-            l2_hits = await asyncio.to_thread(self.l2.get_many, rest)
+            l2 = self.l2
+            l2_hits = await self._l2(lambda: l2.get_many(rest))
             self.l1.put_many(l2_hits)
             found.update({d: (hit, "l2") for d, hit in l2_hits.items()})
         return found
@@ -192,4 +198,5 @@ class TwoLevelCache:
     async def put_many(self, entries: Mapping[str, CachedTranslation]) -> None:
         self.l1.put_many(entries)
         if self.l2 is not None:
-            await asyncio.to_thread(self.l2.put_many, entries)
+            l2 = self.l2
+            await self._l2(lambda: l2.put_many(entries))

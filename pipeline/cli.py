@@ -42,6 +42,9 @@ COMMANDS: dict[str, str] = {
     "dashboard": "pipeline.commands.dashboard:dashboard",
     "cancel": "pipeline.commands.cancel:cancel",
     "dlq": "pipeline.commands.dlq:dlq",
+    "drill": "pipeline.commands.drill:drill",
+    "spark": "pipeline.commands.spark:spark",
+    "glossary": "pipeline.commands.glossary:glossary",
 }
 
 

@@ -15,8 +15,15 @@ from pydantic import ValidationError
 
 from pipeline.codec import check_limits, describe_validation
 from pipeline.errors import ContractError, LimitExceeded, StackError
-from pipeline.kafka_clients import kafka_python_options
-from pipeline.messages import Headers, TranslationRequest, TranslationResult, now_ms
+from pipeline.kafka_check import kafka_python_client
+from pipeline.messages import (
+    GlossaryTerm,
+    Headers,
+    TextFormat,
+    TranslationRequest,
+    TranslationResult,
+    now_ms,
+)
 from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.replies import ReplyTopic
 from pipeline.settings import KafkaSettings, LimitSettings, ReplySettings
@@ -34,6 +41,10 @@ class RequestOptions:
     domain: str | None = None
     metadata: dict[str, str] | None = None
     reply_to: str | None = None
+    # text fidelity: how the text is parsed, a stored glossary, inline (source, target) terms
+    text_format: TextFormat | None = None
+    glossary: str | None = None
+    terms: tuple[tuple[str, str | None], ...] = ()
 
 
 @dataclass
@@ -64,8 +75,8 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     acks=all and an idempotent producer with retries: a retried send is not
     written twice.
     """
-    return KafkaProducer(
-        **kafka_python_options(settings, role),
+    return kafka_python_client(
+        KafkaProducer, settings, role,
         acks="all",
         retries=10,
         enable_idempotence=True,
@@ -100,6 +111,9 @@ def build_requests(
                 domain=options.domain,
                 metadata=options.metadata,
                 reply_to=options.reply_to,
+                format=options.text_format,
+                glossary=options.glossary,
+                terms=[GlossaryTerm(source=s, target=t) for s, t in options.terms] or None,
             ))
         except ValidationError as exc:
             raise ContractError(f"text {number}: {describe_validation(exc)}") from None
@@ -223,8 +237,8 @@ class ResultListener:
     def __init__(
         self, settings: KafkaSettings, topics: Iterable[str], since_ms: int | None = None
     ) -> None:
-        self._consumer = KafkaConsumer(
-            **kafka_python_options(settings, "replies"),
+        self._consumer = kafka_python_client(
+            KafkaConsumer, settings, "replies",
             group_id=None,
             enable_auto_commit=False,
         )

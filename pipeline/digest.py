@@ -1,7 +1,9 @@
 """Content digests for partitioning, de-duplication and cache keys.
 
 The digest covers every input that can change a translation: model, both
-languages, tenant, domain and the *full* NFC-normalized text. Fields are
+languages, tenant, domain, the fidelity variant (format, glossary and its
+version, inline terms, protection settings) and the *full* NFC-normalized
+text. Fields are
 length-prefixed so no two different field tuples serialize alike; two texts
 that share a prefix never share a digest, and tenants never see each other's
 entries.
@@ -30,10 +32,15 @@ def content_digest(
     text: str,
     tenant: str | None = None,
     domain: str | None = None,
+    variant: str = "",
 ) -> str:
-    """Hex BLAKE2b-128 digest of everything that determines a translation."""
+    """Hex BLAKE2b-128 digest of everything that determines a translation.
+
+    ``variant`` names how the text is handled beyond the model (see
+    :func:`pipeline.fidelity.keys.fidelity_variant`).
+    """
     h = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"babelstream-v1")
-    for field in (model_id, source_lang, target_lang, tenant or "", domain or ""):
+    for field in (model_id, source_lang, target_lang, tenant or "", domain or "", variant):
         encoded = field.encode()
         h.update(len(encoded).to_bytes(4, "big"))
         h.update(encoded)

@@ -118,7 +118,10 @@ def _member(raw: dict[str, Any]) -> Member:
     )
 
 
-def _faust_url(metadata: str | bytes | None) -> str | None:
+def _faust_url(metadata: str | bytes | dict[str, Any] | None) -> str | None:
+    if isinstance(metadata, dict):
+        # kafka-python decoded it: a plain consumer's subscription, no Faust URL
+        return None
     if not metadata:
         return None
     text = metadata.decode("latin-1") if isinstance(metadata, bytes) else metadata

@@ -1,14 +1,17 @@
 """Connection options for every Kafka client the project has, from one settings section.
 
-kafka-python (client, bulk, benches, SLA sink), aiokafka (Faust worker,
-dashboard) and Spark's Kafka source/sink all connect through these
-functions, so bootstrap servers, client ids and (when enabled) security
-are configured in exactly one place.
+kafka-python (client, bulk, benches, SLA sink), aiokafka (dashboard), Faust
+(the worker: :func:`faust_app_options`) and Spark's Kafka source/sink all
+connect through these functions, so bootstrap servers, client ids and
+security (TLS, SASL/SCRAM) are configured in exactly one place. Secrets stay
+``SecretStr`` in settings and are unwrapped only here, into the client's
+own arguments.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from pipeline.settings import KafkaSettings
@@ -16,6 +19,49 @@ from pipeline.settings import KafkaSettings
 if TYPE_CHECKING:
     from kafka import KafkaAdminClient
 
+
+def ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
+    """A client TLS context: the configured CA, and the client certificate when set."""
+    context = ssl.create_default_context(
+        cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None
+    )
+    context.check_hostname = kafka.ssl_check_hostname
+    if kafka.ssl_certfile is not None:
+        context.load_cert_chain(
+            str(kafka.ssl_certfile),
+            str(kafka.ssl_keyfile) if kafka.ssl_keyfile else None,
+            kafka.ssl_key_password.get_secret_value() if kafka.ssl_key_password else None,
+        )
+    return context
+
+
+class _Unlogged(str):
+    """A secret handed to a client library as the ``str`` it wants, with a masked repr.
+
+    kafka-python logs its whole configuration at DEBUG ("Starting
+    KafkaAdminClient with configuration: {...}"); the dict's repr then shows
+    this instead of the password.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'**********'"
+
+
+def _security_options(kafka: KafkaSettings) -> dict[str, Any]:
+    """Security keyword arguments; kafka-python and aiokafka spell them the same way."""
+    options: dict[str, Any] = {"security_protocol": kafka.security_protocol}
+    if kafka.uses_tls:
+        options["ssl_context"] = ssl_context(kafka)
+    if kafka.security_protocol.startswith("SASL_"):
+        assert kafka.sasl_password is not None  # checked by KafkaSettings
+        options.update(
+            sasl_mechanism=kafka.sasl_mechanism,
+            sasl_plain_username=kafka.sasl_username,
+            sasl_plain_password=_Unlogged(kafka.sasl_password.get_secret_value()),
+        )
+    return options
 
 class _DemoteClientNoise(logging.Filter):
     """Logs kafka-python 3 emits at WARNING/ERROR in normal operation, demoted to DEBUG.
@@ -72,6 +118,7 @@ def kafka_python_options(kafka: KafkaSettings, role: str) -> dict[str, Any]:
         "bootstrap_servers": kafka.bootstrap_servers.split(","),
         "client_id": f"{kafka.client_id}-{role}",
         "request_timeout_ms": kafka.request_timeout_ms,
+        **_security_options(kafka),
     }
 
 
@@ -81,16 +128,90 @@ def aiokafka_options(kafka: KafkaSettings, role: str) -> dict[str, Any]:
         "bootstrap_servers": kafka.bootstrap_servers.split(","),
         "client_id": f"{kafka.client_id}-{role}",
         "request_timeout_ms": kafka.request_timeout_ms,
+        **_security_options(kafka),
     }
 
 
+def faust_app_options(kafka: KafkaSettings) -> dict[str, Any]:
+    """Keyword arguments for ``faust.App(...)``: the broker URLs and, when secured, credentials.
+
+    Faust hands ``broker_credentials`` to every aiokafka client it creates
+    (consumers, producer, the admin client that creates changelog topics).
+    """
+    import faust
+
+    options: dict[str, Any] = {
+        "broker": [f"kafka://{address}" for address in kafka.bootstrap_servers.split(",")],
+    }
+    if kafka.security_protocol.startswith("SASL_"):
+        assert kafka.sasl_password is not None  # checked by KafkaSettings
+        options["broker_credentials"] = faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password.get_secret_value(),
+            ssl_context=ssl_context(kafka) if kafka.uses_tls else None,
+            mechanism=kafka.sasl_mechanism,
+        )
+    elif kafka.security_protocol == "SSL":
+        options["broker_credentials"] = faust.SSLCredentials(ssl_context(kafka))
+    return options
+
+
+def _jaas_quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
-    """``.option(...)`` pairs for Spark's Kafka source and sink (``kafka.``-prefixed)."""
-    return {"kafka.bootstrap.servers": kafka.bootstrap_servers}
+    """``.option(...)`` pairs for Spark's Kafka source and sink (``kafka.``-prefixed).
+
+    Trust and key stores are the same PEM files the Python clients use (Kafka
+    clients read PEM since 2.7). The SASL password travels in
+    ``sasl.jaas.config``, whose value Spark redacts in plans and logs
+    (``spark.redaction.regex`` matches ``password``); py4j would log it with
+    every JVM call at DEBUG, so its logger is kept at INFO from then on.
+    """
+    options = {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers,
+        "kafka.security.protocol": kafka.security_protocol,
+        "kafka.request.timeout.ms": str(kafka.request_timeout_ms),
+    }
+    if kafka.uses_tls:
+        if kafka.ssl_cafile is not None:
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = str(kafka.ssl_cafile)
+        if not kafka.ssl_check_hostname:
+            options["kafka.ssl.endpoint.identification.algorithm"] = ""
+        if kafka.ssl_certfile is not None:
+            if kafka.ssl_keyfile is not None:
+                raise ValueError("Spark's Kafka client needs the client key and certificate "
+                                 "in one PEM file: put both in kafka.ssl_certfile")
+            options["kafka.ssl.keystore.type"] = "PEM"
+            options["kafka.ssl.keystore.location"] = str(kafka.ssl_certfile)
+            if kafka.ssl_key_password is not None:
+                options["kafka.ssl.key.password"] = kafka.ssl_key_password.get_secret_value()
+    if kafka.security_protocol.startswith("SASL_"):
+        assert kafka.sasl_password is not None  # checked by KafkaSettings
+        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
+                  if kafka.sasl_mechanism == "PLAIN"
+                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        py4j = logging.getLogger("py4j")
+        if py4j.getEffectiveLevel() < logging.INFO:
+            py4j.setLevel(logging.INFO)
+        options["kafka.sasl.mechanism"] = kafka.sasl_mechanism
+        options["kafka.sasl.jaas.config"] = (
+            f"{module} required username={_jaas_quote(kafka.sasl_username or '')} "
+            f"password={_jaas_quote(kafka.sasl_password.get_secret_value())};"
+        )
+    return options
 
 
 def admin_client(kafka: KafkaSettings, role: str = "admin") -> KafkaAdminClient:
-    """A kafka-python admin client; the caller closes it."""
+    """A kafka-python admin client; the caller closes it.
+
+    Raises :class:`pipeline.kafka_check.KafkaRefused` (one line) when the
+    brokers refuse it.
+    """
     from kafka import KafkaAdminClient
 
-    return KafkaAdminClient(**kafka_python_options(kafka, role))
+    from pipeline.kafka_check import kafka_python_client
+
+    return kafka_python_client(KafkaAdminClient, kafka, role)

@@ -54,8 +54,12 @@ class WorkerProcess:
         env: dict[str, str] | None = None,
         probe_pair: Pair = DEMO_PAIR,
         instance_id: str | None = None,
+        group: int | None = None,
     ) -> None:
+        """``group``: run the worker with this group id (and no other), e.g. so that a
+        firewall rule matching it can cut the worker off (``pipeline/drill/faults.py``)."""
         self._settings = settings
+        self._group = group
         self._log_path = log_path
         self._pairs = pairs
         self._probe_pair = probe_pair
@@ -85,7 +89,8 @@ class WorkerProcess:
         with self._log_path.open("ab") as out:
             self._proc = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, env=self._env,
-                start_new_session=True,
+                start_new_session=True, group=self._group,
+                extra_groups=None if self._group is None else [],
             )
         try:
             self.wait_ready(ready_timeout_s)

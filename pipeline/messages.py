@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pipeline.pairs import Pair
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 # End of input in every engine: Python's `$` also matches before a trailing
 # newline, ECMA-262's (JSON Schema) does not, so spell it as a lookahead.
@@ -53,6 +53,12 @@ Headers = list[tuple[str, bytes]]  # Kafka record headers (W3C trace context tra
 # rejected: refused by policy (e.g. a tenant quota), with retry_after_ms when retrying helps
 Status = Literal["ok", "timeout", "error", "cancelled", "rejected"]
 CacheLevel = Literal["miss", "l1", "l2", "window"]
+# how the text is parsed: only text content (and translatable attributes) is translated
+TextFormat = Literal["text", "html", "xml", "markdown"]
+# exact: placeholders kept by the model; aligned: put back by attention; fallback: node by node
+Fidelity = Literal["exact", "aligned", "fallback"]
+MAX_INLINE_TERMS = 256
+TermText = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 def now_ms() -> int:
@@ -66,6 +72,8 @@ class _Message(BaseModel):
         extra="forbid", frozen=True, strict=True, regex_engine="python-re"
     )
     schema_name: ClassVar[str]
+    # the version this code writes (and names its schema file by)
+    wire_version: ClassVar[int] = SCHEMA_VERSION
 
     schema_version: Literal[1] = SCHEMA_VERSION
 
@@ -76,6 +84,25 @@ class _Message(BaseModel):
     @classmethod
     def from_json(cls, data: bytes | str) -> Any:
         return cls.model_validate_json(data)
+
+
+class GlossaryTerm(BaseModel):
+    """An inline term: ``source`` is always translated as ``target``; no target: kept as is."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    source: TermText
+    target: TermText | None = None
+
+
+class GlossaryHit(BaseModel):
+    """A term applied to a translation and how many times."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    source: TermText
+    target: TermText | None = None
+    count: Annotated[int, Field(ge=1)]
 
 
 class TranslationRequest(_Message):
@@ -96,6 +123,12 @@ class TranslationRequest(_Message):
     segment_index: Count | None = None
     reply_to: Annotated[str, Field(pattern=TOPIC_PATTERN)] | None = None
     metadata: Metadata | None = None
+    # text (default), html, xml or markdown; markup is kept, text content translated
+    format: TextFormat | None = None
+    # a stored glossary of the tenant for this pair (babelstream glossary put)
+    glossary: ShortLabel | None = None
+    # terms for this request only, applied with (and before) the named glossary's
+    terms: Annotated[list[GlossaryTerm], Field(max_length=MAX_INLINE_TERMS)] | None = None
 
     @property
     def pair(self) -> Pair:
@@ -139,6 +172,10 @@ class TranslationResult(_Message):
     job_id: Identifier | None = None
     doc_id: Identifier | None = None
     segment_index: Count | None = None
+    # how faithfully markup and placeholders were kept (ok results of the fidelity layer)
+    fidelity: Fidelity | None = None
+    glossary_hits: list[GlossaryHit] | None = None
+    glossary_version: Count | None = None
 
     @classmethod
     def for_request(
@@ -187,14 +224,33 @@ class DeadLetter(_Message):
     received_at: EpochMs
 
 
+Priority = Literal["interactive", "bulk"]
+# The series that results of pairs no model serves are counted in (one, not one per typo).
+UNSUPPORTED_SERIES = "unsupported"
+# TranslationResult.reason of the router's answer to a pair no model serves
+UNSUPPORTED_PAIR_REASON = "unsupported_pair"
+SeriesId = Annotated[str, Field(min_length=3, max_length=71)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
 class SlaWindow(_Message):
-    """Latency and ratio figures of one pair over one event-time window."""
+    """Figures of one series (pair and priority class) over one event-time window.
+
+    Version 2 added ``priority``, ``cancel_ratio``, ``rejected_ratio``,
+    ``duplicates``, the objectives and burn rates; a version 1 document (the
+    job before them) still reads, with those at their defaults.
+    """
 
     schema_name: ClassVar[str] = "sla_window"
+    wire_version: ClassVar[int] = 2
 
-    pair: Annotated[str, Field(min_length=3, max_length=71)]
+    schema_version: Literal[1, 2] = 2  # type: ignore[assignment]
+    # a pair id, or "unsupported" for every pair no model serves
+    pair: SeriesId
+    priority: Priority = "interactive"
     window_start: EpochMs
     window_end: EpochMs
+    # results counted once each (after de-duplication by request_id)
     count: Count
     p50_ms: Annotated[float, Field(ge=0)]
     p95_ms: Annotated[float, Field(ge=0)]
@@ -202,6 +258,52 @@ class SlaWindow(_Message):
     timeout_ratio: Ratio
     error_ratio: Ratio
     cache_hit_ratio: Ratio
+    cancel_ratio: Ratio = 0.0
+    rejected_ratio: Ratio = 0.0
+    # results dropped as repeats of a request_id already counted within the lateness
+    duplicates: Count = 0
+    # objective name -> target this window was held to (p95_ms, timeout_ratio, ...)
+    objectives: dict[Annotated[str, Field(max_length=64)], NonNegative] = {}
+    # objective name -> whether this window met it
+    met: dict[Annotated[str, Field(max_length=64)], bool] = {}
+    # error-budget burn rate (timeout ratio over the trailing hour / 6 hours of windows,
+    # divided by the timeout_ratio objective); None without that objective
+    burn_rate_1h: NonNegative | None = None
+    burn_rate_6h: NonNegative | None = None
+
+
+class Tick(_Message):
+    """A worker's heartbeat for one pair it serves: its clock, so event time moves without traffic.
+
+    Published to ``translate.ticks`` (never to ``translate.results``) every
+    ``worker.tick_interval_s``; the SLA job reads ticks with the results so
+    its watermark advances while a pair is quiet.
+    """
+
+    schema_name: ClassVar[str] = "tick"
+
+    worker: Identifier
+    pair: Annotated[str, Field(min_length=3, max_length=71)]
+    emitted_at: EpochMs
+
+
+class LateResult(_Message):
+    """A result the SLA job did not count because its window had closed (``translate.sla.late``)."""
+
+    schema_name: ClassVar[str] = "late_result"
+
+    request_id: Identifier
+    pair: SeriesId
+    priority: Priority
+    status: Status
+    latency_ms: Count
+    completed_at: EpochMs
+    # the closed window it missed (one record per window when windows slide)
+    window_start: EpochMs
+    window_end: EpochMs
+    # the aggregation's watermark it was judged against, and how far behind it the result was
+    watermark: EpochMs
+    late_by_ms: Count
 
 
 class CancelRequest(_Message):
@@ -281,6 +383,8 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     SlaWindow,
     CancelRequest,
     ReplayMarker,
+    Tick,
+    LateResult,
 )
 
 
@@ -289,7 +393,7 @@ def json_schema(model: type[_Message]) -> dict[str, Any]:
     schema = model.model_json_schema(mode="validation")
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://babelstream.dev/schemas/{model.schema_name}.v{SCHEMA_VERSION}.json",
+        "$id": f"https://babelstream.dev/schemas/{model.schema_name}.v{model.wire_version}.json",
         **schema,
     }
 

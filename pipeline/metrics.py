@@ -21,6 +21,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from pipeline.engine.adaptive import THROUGHPUT, ControllerState
 from pipeline.fairness import DEFAULT_TENANT
 from pipeline.messages import TranslationResult
 from pipeline.steps.base import BatchStats
@@ -161,6 +162,29 @@ REPLY_COPIES = Counter(
     registry=REGISTRY,
 )
 
+ENGINE_PADDING = Histogram(
+    "babelstream_engine_padding_ratio",
+    "Pad tokens / padded tokens of each engine sub-batch (cost-based bucketing keeps it low).",
+    ["pair"],
+    buckets=(0.0, 0.02, 0.05, 0.08, 0.12, 0.2, 0.3, 0.5, 0.75, 1.0),
+    registry=REGISTRY,
+)
+ENGINE_CALL_SECONDS = Histogram(
+    "babelstream_engine_call_seconds",
+    "Duration of each engine call (one sub-batch), by pair and priority (interactive|bulk).",
+    ["pair", "priority"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+BATCHING_KNOB = Gauge(
+    "babelstream_batching_knob",
+    "Adaptive batching controller's current knobs and estimates, by pair and knob "
+    "(max_wait_seconds|max_messages|token_budget|throughput_mode|latency_share|"
+    "queue_delay_seconds|service_seconds).",
+    ["pair", "knob"],
+    registry=REGISTRY,
+)
+
 # Exposition names (counters gain a ``_total`` sample suffix).
 METRIC_NAMES: tuple[str, ...] = (
     "babelstream_requests_total",
@@ -184,6 +208,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_fair_share_held",
     "babelstream_cancels_known",
     "babelstream_reply_copies_total",
+    "babelstream_engine_padding_ratio",
+    "babelstream_engine_call_seconds",
+    "babelstream_batching_knob",
 )
 
 
@@ -230,6 +257,25 @@ def set_fair_share_held(topic: str, held: Mapping[str, int], known: set[str]) ->
     """Requests held per tenant on ``topic``; tenants in ``known`` and not held read 0."""
     for tenant in known | set(held):
         FAIR_SHARE_HELD.labels(topic, tenant).set(held.get(tenant, 0))
+def record_engine_call(pair: str, priority: str, padding_ratio: float, seconds: float) -> None:
+    """One engine sub-batch: its padding and how long the call took."""
+    ENGINE_PADDING.labels(pair).observe(padding_ratio)
+    ENGINE_CALL_SECONDS.labels(pair, priority).observe(seconds)
+
+
+def set_batching_state(pair: str, state: ControllerState) -> None:
+    """The adaptive batching controller's state for one pair."""
+    values = {
+        "max_wait_seconds": state.knobs.max_wait_s,
+        "max_messages": state.knobs.max_messages,
+        "token_budget": state.knobs.token_budget,
+        "throughput_mode": 1.0 if state.mode == THROUGHPUT else 0.0,
+        "latency_share": state.latency_share,
+        "queue_delay_seconds": state.queue_delay_s,
+        "service_seconds": state.service_s,
+    }
+    for knob, value in values.items():
+        BATCHING_KNOB.labels(pair, knob).set(value)
 
 
 def record_route(kind: str) -> None:

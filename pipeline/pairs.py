@@ -19,6 +19,8 @@ SLA_TOPIC = "translate.sla"
 CANCEL_TOPIC = "translate.cancel"
 # compacted, keyed by dead-letter id: which dead letters were replayed
 DLQ_REPLAYED_TOPIC = "translate.dlq.replayed"
+SLA_LATE_TOPIC = "translate.sla.late"
+TICKS_TOPIC = "translate.ticks"
 PAIR_REQUESTS_PREFIX = "translate.requests."
 PAIR_BULK_PREFIX = "translate.bulk."
 

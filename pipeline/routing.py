@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from pipeline.codec import RecordRef, Rejected, decode_request
 from pipeline.digest import content_digest
+from pipeline.fidelity.keys import fidelity_variant
 from pipeline.messages import (
     DeadLetter,
     Headers,
@@ -37,8 +38,16 @@ from pipeline.steps.base import Outgoing
 UNDETERMINED = "und"
 
 
-def request_digest(request: TranslationRequest, model_id: str) -> str:
-    """The digest that keys pair topics, windowed dedup and the caches."""
+def request_digest(
+    request: TranslationRequest, model_id: str, glossary_version: int | None = None
+) -> str:
+    """The digest that keys pair topics, windowed dedup and the caches.
+
+    ``glossary_version`` is the version of the request's named glossary the
+    worker will apply, so a changed glossary never serves a stale entry; the
+    router, which does not read glossaries, keys by name only (identical
+    requests still meet on one partition).
+    """
     return content_digest(
         model_id=model_id,
         source_lang=request.source_lang,
@@ -46,6 +55,7 @@ def request_digest(request: TranslationRequest, model_id: str) -> str:
         text=request.text,
         tenant=request.tenant,
         domain=request.domain,
+        variant=fidelity_variant(request, glossary_version),
     )
 
 

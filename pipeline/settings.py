@@ -12,7 +12,7 @@ import difflib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_origin
+from typing import Annotated, Any, Literal, TypeVar, get_origin
 
 from pydantic import (
     BaseModel,
@@ -32,9 +32,13 @@ from pydantic_settings import (
 )
 
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import RESULTS_TOPIC, SLA_TOPIC, Pair
+from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
 
 
 class _Section(BaseModel):
@@ -60,6 +64,46 @@ class KafkaSettings(_Section):
     # translate.cancel (compacted) and translate.dlq.replayed (compacted replay markers)
     cancel_partitions: int = Field(1, ge=1)
     replay_marker_partitions: int = Field(1, ge=1)
+    # Security (pipeline/kafka_clients.py applies it to every client). SASL_SSL with
+    # SCRAM-SHA-512 is what `babelstream up --secure` serves; SSL alone authenticates
+    # with a client certificate (ssl_certfile) when the listener asks for one.
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    # PEM files: the CA that signed the brokers' certificates; the client's
+    # certificate chain (may hold its private key too: Spark needs them in one file)
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+    # worker heartbeats (translate.ticks) and late results (translate.sla.late)
+    ticks_partitions: int = Field(1, ge=1)
+    sla_late_partitions: int = Field(1, ge=1)
+    # heartbeats are worth only their latest values
+    ticks_retention_ms: int = Field(3_600_000, ge=60_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"min_insync_replicas ({self.min_insync_replicas}) exceeds "
+                f"replication_factor ({self.replication_factor}): no write could succeed"
+            )
+        if self.security_protocol.startswith("SASL_") and not (
+            self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(f"security_protocol {self.security_protocol} needs "
+                             "sasl_username and sasl_password")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile is set without ssl_certfile")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when connections are encrypted (SSL or SASL_SSL)."""
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
 
 class RedisSettings(_Section):
@@ -69,6 +113,25 @@ class RedisSettings(_Section):
     cache_version: int = 1
     ttl_s: int = Field(7 * 24 * 3600, ge=1)
     socket_timeout_s: float = Field(0.5, gt=0)
+    # ACL user (None: the default user, i.e. plain `requirepass` when password is set)
+    username: str | None = None
+    # TLS is switched on by the URL scheme (rediss://); these are PEM files
+    ssl_ca_certs: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _tls_needs_rediss(self) -> RedisSettings:
+        tls_files = (self.ssl_ca_certs, self.ssl_certfile, self.ssl_keyfile)
+        if any(tls_files) and not self.uses_tls:
+            raise ValueError("Redis TLS files are set but the URL is not rediss://")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        """True for a ``rediss://`` URL."""
+        return self.url.startswith("rediss://")
 
 
 class StackSettings(_Section):
@@ -86,6 +149,32 @@ class StackSettings(_Section):
     stop_timeout_s: float = Field(30.0, gt=0)
     # `babelstream status`: how long each HTTP probe (worker readiness, dashboard) may take
     probe_timeout_s: float = Field(1.0, gt=0)
+    # Kafka nodes (combined broker + controller each); 3 gives a cluster that
+    # survives one node (needs kafka.replication_factor 3, min_insync_replicas 2)
+    brokers: int = Field(1, ge=1, le=9)
+    # node i (from 0) listens on <base port> + i * node_port_step
+    node_port_step: int = Field(10, ge=1)
+    # secure mode: mutual-TLS listener (inter-broker traffic, SSL clients); the
+    # client port (kafka_port) then speaks SASL_SSL, Redis speaks TLS on redis_port
+    kafka_ssl_port: int = 9094
+    secure: bool = False
+    # None: <home>/jars (a temporary stack home can share the fetched jars)
+    jars_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> StackSettings:
+        ports = [self.redis_port]
+        for node in range(self.brokers):
+            offset = node * self.node_port_step
+            ports += [self.kafka_port + offset, self.kafka_controller_port + offset]
+            if self.secure:
+                ports.append(self.kafka_ssl_port + offset)
+        taken = sorted({p for p in ports if ports.count(p) > 1})
+        if taken:
+            raise ValueError(f"stack ports collide ({', '.join(map(str, taken))}): set "
+                             "kafka_port, kafka_controller_port, kafka_ssl_port, "
+                             "node_port_step and redis_port apart")
+        return self
 
 
 class LimitSettings(_Section):
@@ -109,6 +198,17 @@ class EngineSettings(_Section):
     compute_type: str | None = None
     # CTranslate2 max_batch_size, counted in tokens (batch_type="tokens")
     max_batch_tokens: int = Field(4096, ge=1)
+    # Measure each model at start-up: the fastest compute type when it is auto, and
+    # the call-cost model batching cuts by; cached per model and machine in
+    # profile_cache (pipeline/engine/profile.py). Off: auto = int8 (CPU) /
+    # int8_float16 (GPU) and a rough default cost model.
+    profile: bool = True
+    profile_cache: Path = PROJECT_ROOT / "var" / "engine" / "profiles.json"
+    # compute types are timed on calls of (sequences, tokens) for profile_seconds each
+    profile_shape: tuple[int, int] = (32, 24)
+    profile_seconds: float = Field(2.0, gt=0)
+    # benchmark models (`babelstream models build-bench`) are registered here
+    bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 
 
 class WorkerSettings(_Section):
@@ -121,7 +221,6 @@ class WorkerSettings(_Section):
     bulk_token_budget: int = Field(1024, ge=1)
     l1_cache_size: int = Field(50_000, ge=0)
     dedup_window_s: float = Field(300.0, gt=0)
-    concurrency: int = Field(1, ge=1)
     # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
     web_port: int = Field(6066, ge=0, le=65535)
     web_host: str = "127.0.0.1"
@@ -149,9 +248,60 @@ class WorkerSettings(_Section):
     stop_timeout_s: float = Field(30.0, gt=0)
     # cancelled request / job ids a worker remembers (each for limits.max_timeout_ms at most)
     cancel_max_entries: int = Field(1_000_000, ge=1)
+    # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
+    # job's windows close while a pair is quiet; 0 disables it
+    tick_interval_s: float = Field(5.0, ge=0)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]
+_V = TypeVar("_V")
+
+
+def _check_pair_ids(value: dict[str, _V]) -> dict[str, _V]:
+    """A settings map keyed by pair id: every key must parse as one."""
+    for pair_id in value:
+        try:
+            Pair.parse(pair_id)
+        except ContractError as exc:
+            raise ValueError(str(exc)) from exc
+    return value
+
+
+class SloObjectives(_Section):
+    """Service-level objectives one window is held to; None: not an objective."""
+
+    p95_ms: float | None = Field(None, ge=0)
+    p99_ms: float | None = Field(None, ge=0)
+    # at most this share of results timed out (or exceeded the latency threshold);
+    # also the error budget the burn rates are measured against
+    timeout_ratio: float | None = Field(None, gt=0, le=1)
+    error_ratio: float | None = Field(None, ge=0, le=1)
+    # at least this many results per second of the window (bulk throughput)
+    min_throughput_per_s: float | None = Field(None, ge=0)
+
+    def over(self, other: SloObjectives) -> SloObjectives:
+        """These objectives, with the ones this leaves unset taken from ``other``."""
+        return other.model_copy(update=self.model_dump(exclude_none=True))
+
+    def targets(self) -> dict[str, float]:
+        """Objective name -> target, for the ones that are set."""
+        return {name: float(value) for name, value in self.model_dump(exclude_none=True).items()}
+
+
+class InteractiveObjectives(SloObjectives):
+    """Defaults for interactive work (a setting left out keeps its default)."""
+
+    p95_ms: float | None = Field(1000.0, ge=0)
+    p99_ms: float | None = Field(2500.0, ge=0)
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
+
+
+class BulkObjectives(SloObjectives):
+    """Defaults for bulk work: completion within the bulk threshold, not per-request latency."""
+
+    timeout_ratio: float | None = Field(0.01, gt=0, le=1)
+    error_ratio: float | None = Field(0.01, ge=0, le=1)
 
 
 class SlaSettings(_Section):
@@ -177,16 +327,32 @@ class SlaSettings(_Section):
     master: str = "local[2]"
     driver_memory: str = "1g"
     shuffle_partitions: int = Field(4, ge=1)
+    # worker heartbeats read with the results (advance event time while pairs are quiet)
+    ticks_topic: str = TICKS_TOPIC
+    # results that arrived after their window closed, and their Parquet history
+    late_topic: str = SLA_LATE_TOPIC
+    late_history_dir: Path = PROJECT_ROOT / "var" / "sla" / "late"
+    # count each request_id once within the lateness (dropDuplicatesWithinWatermark)
+    dedup: bool = True
+    # bulk results (job_id set) are held to this threshold, not the interactive one
+    bulk_threshold_ms: int = Field(3_600_000, ge=0)
+    # objectives per priority class, and per-pair overrides of the interactive ones
+    objectives: InteractiveObjectives = InteractiveObjectives()
+    bulk_objectives: BulkObjectives = BulkObjectives()
+    pair_objectives: dict[str, SloObjectives] = {}
+    # KLL sketch size of the per-window latency sketches in the Parquet history
+    # (normalized rank error about 1.33% at 200, 0.28% at 1000; bigger k, bigger files);
+    # None: no sketches (`sla report` then has no percentiles)
+    sketch_k: int | None = Field(200, ge=8, le=65535)
+    # the driver binds here in local mode (loopback unless a setting says otherwise)
+    driver_host: str = "127.0.0.1"
+    # "hdfs" (Spark's default, in memory) or "rocksdb" (state off-heap, on local disk)
+    state_store: Literal["hdfs", "rocksdb"] = "hdfs"
 
-    @field_validator("thresholds_ms")
+    @field_validator("thresholds_ms", "pair_objectives")
     @classmethod
-    def _pair_ids(cls, value: dict[str, int]) -> dict[str, int]:
-        for pair_id in value:
-            try:
-                Pair.parse(pair_id)
-            except ContractError as exc:
-                raise ValueError(str(exc)) from exc
-        return value
+    def _pair_ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_pair_ids(value)
 
     @model_validator(mode="after")
     def _slide_within_window(self) -> SlaSettings:
@@ -197,6 +363,13 @@ class SlaSettings(_Section):
     def threshold_ms(self, pair_id: str) -> int:
         """The SLA latency threshold of one pair."""
         return self.thresholds_ms.get(pair_id, self.default_threshold_ms)
+
+    def objectives_for(self, series: str, priority: str) -> SloObjectives:
+        """The objectives of one series (pair id or "unsupported") and priority class."""
+        if priority == "bulk":
+            return self.bulk_objectives
+        override = self.pair_objectives.get(series)
+        return override.over(self.objectives) if override else self.objectives
 
 
 class BulkSettings(_Section):
@@ -304,6 +477,95 @@ class ReplySettings(_Section):
     # take before it is given up (the result is on the shared topic anyway)
     listing_refresh_s: float = Field(1.0, gt=0)
     copy_timeout_s: float = Field(5.0, gt=0)
+class SparkClusterSettings(_Section):
+    """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
+
+    host: str = "127.0.0.1"
+    master_port: int = Field(7077, ge=1, le=65535)
+    master_webui_port: int = Field(8080, ge=1, le=65535)
+    # worker i uses worker_port + i and worker_webui_port + i
+    workers: int = Field(2, ge=1)
+    worker_port: int = Field(7078, ge=1, le=65535)
+    worker_webui_port: int = Field(8081, ge=1, le=65535)
+    worker_cores: int = Field(1, ge=1)
+    worker_memory: str = "1g"
+    daemon_memory: str = "256m"
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.master_port}"
+
+
+class FidelitySettings(_Section):
+    """Text fidelity (``pipeline/fidelity``): what is protected, glossary refresh."""
+
+    # regular expressions protected like the built-in placeholder forms (changing this or
+    # `attributes` changes translations: bump BABELSTREAM_REDIS__CACHE_VERSION with it)
+    extra_patterns: tuple[str, ...] = ()
+    # HTML/XML attributes whose values are translated
+    attributes: tuple[str, ...] = ("alt", "title", "placeholder", "aria-label")
+    # a worker re-reads a glossary it holds at most this long after its last read
+    glossary_refresh_s: float = Field(2.0, gt=0)
+    # terms in one glossary (CLI upload limit)
+    max_terms: int = Field(10_000, ge=1)
+
+
+class BatchingSettings(_Section):
+    """How workers shape engine calls (``pipeline/engine/adaptive.py``, ``batching.py``)."""
+
+    # adjust max_wait, batch size and token budget per pair from the latency
+    # objective, queueing delay, engine time and the SLA job's windows
+    adaptive: bool = False
+    # the latency objective (P95, ms) per pair id; others get default_p95_ms
+    p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
+    default_p95_ms: float = Field(1000.0, gt=0)
+    min_wait_s: float = Field(0.002, gt=0)
+    max_messages: int = Field(256, ge=1)
+    # bulk calls are cut so each is estimated to run at most this long: a running
+    # call cannot be pre-empted, so this bounds how long interactive work waits
+    bulk_max_call_s: float = Field(0.05, gt=0)
+
+    @field_validator("p95_ms")
+    @classmethod
+    def _pair_ids(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_pair_ids(value)
+
+    def objective_ms(self, pair_id: str) -> float:
+        """The P95 latency objective of one pair."""
+        return self.p95_ms.get(pair_id, self.default_p95_ms)
+
+
+class DrillSettings(_Section):
+    """Fault drills (``babelstream drill``, ``tests/chaos``): traffic, fault lengths, bounds."""
+
+    # paced traffic: requests per second for this many seconds; the fault comes
+    # after this fraction of it
+    rate: float = Field(50.0, gt=0)
+    seconds: float = Field(30.0, gt=0)
+    fault_at: float = Field(1 / 3, gt=0, lt=1)
+    # every Nth request repeats the text of the one sent repeat_lag_s earlier (0: none)
+    repeat_every: int = Field(5, ge=0)
+    repeat_lag_s: float = Field(2.0, gt=0)
+    # drill requests must never time out: a timeout result would hide a stall
+    request_timeout_ms: int = Field(600_000, ge=1)
+    # after the heal, this long of repeats of texts answered before the fault
+    after_heal_s: float = Field(5.0, ge=0)
+    # workers the drill starts (one consumer group, distinct instance ids)
+    workers: int = Field(2, ge=1)
+    # a stopped broker or Redis stays down this long; a worker is cut off this long
+    outage_s: float = Field(10.0, ge=0)
+    cut_s: float = Field(20.0, gt=0)
+    # bounds: each fault or heal step; the results after the traffic; commits after that
+    step_timeout_s: float = Field(240.0, gt=0)
+    tail_timeout_s: float = Field(180.0, gt=0)
+    commit_timeout_s: float = Field(60.0, gt=0)
+    # the SLA job drilled on a checkpoint of its own: windows and allowed lateness
+    sla_window_s: float = Field(5.0, gt=0)
+    sla_watermark_s: float = Field(5.0, ge=0)
+    # worker logs, SLA checkpoints and the JSON-lines report
+    home: Path = PROJECT_ROOT / "var" / "chaos"
+    # the cut-off worker runs with this (system) group, which the firewall rule matches
+    cut_group: str = "babelstream-drill"
 
 
 class Settings(BaseSettings):
@@ -328,6 +590,10 @@ class Settings(BaseSettings):
     dashboard: DashboardSettings = DashboardSettings()
     tenants: TenantSettings = TenantSettings()
     replies: ReplySettings = ReplySettings()
+    spark: SparkClusterSettings = SparkClusterSettings()
+    fidelity: FidelitySettings = FidelitySettings()
+    batching: BatchingSettings = BatchingSettings()
+    drill: DrillSettings = DrillSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -1,56 +1,89 @@
 """The pure parts of the Spark SLA job: no pyspark here, so unit tests stay fast.
 
-The job itself (:mod:`jobs.sla`) reads ``translate.results``, aggregates per
-pair and event-time window, and hands each finished window to the sinks as a
-plain row; this module parses the job's options, turns rows into
-:class:`~pipeline.messages.SlaWindow` messages, keeps the per-sink batch log
-that makes sink writes idempotent across restarts, and follows the query's
-progress to decide when an ``--until-idle`` run is done.
+The job itself (:mod:`jobs.sla`) reads ``translate.results`` (and the
+workers' ticks), aggregates per series (pair and priority class) and
+event-time window, and hands each finished window to the sinks as a plain
+row; this module parses the job's options, turns rows into
+:class:`~pipeline.messages.SlaWindow` messages (objectives met, error-budget
+burn rates), keeps the per-sink batch log that makes sink writes idempotent
+across restarts, and follows the query's progress to decide when an
+``--until-idle`` run is done.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import BabelStreamError, ConfigError, ContractError
-from pipeline.messages import SlaWindow
+from pipeline.messages import LateResult, SlaWindow
 from pipeline.pairs import Pair
+from pipeline.settings import SlaSettings, SloObjectives
 
 PERCENTILES = (0.5, 0.95, 0.99)
 CACHE_HITS = ("l1", "l2", "window")
+# trailing periods of the error-budget burn rates (SlaWindow.burn_rate_1h / _6h)
+BURN_HORIZONS_MS = (3_600_000, 21_600_000)
 
-# The explicit schema the job parses ``translate.results`` with: the subset of
-# TranslationResult it needs, as Spark DDL types (tests check it against the model).
+# The explicit schemas the job parses ``translate.results`` and ``translate.ticks``
+# with: the subsets of TranslationResult and Tick it needs, as Spark DDL types
+# (tests check them against the models).
 RESULT_FIELDS: dict[str, str] = {
+    "request_id": "STRING",
     "pair": "STRING",
     "status": "STRING",
+    "reason": "STRING",
     "cache": "STRING",
+    "job_id": "STRING",
     "completed_at": "BIGINT",
     "latency_ms": "BIGINT",
 }
+TICK_FIELDS: dict[str, str] = {"emitted_at": "BIGINT"}
 
 
 class SlaJobError(BabelStreamError):
     """The SLA job's streaming query failed."""
 
 
-_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str) -> float:
-    """Seconds in ``500ms``, ``5s``, ``1.5m``, ``2h`` or a bare number of seconds."""
+    """Seconds in ``500ms``, ``5s``, ``1.5m``, ``2h``, ``30d`` or a bare number of seconds."""
     match = _DURATION.match(text)
     if match is None:
-        raise ConfigError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 1m, 2h")
+        raise ConfigError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 1m, 2h, 30d")
     return float(match["number"]) * _UNIT_SECONDS[match["unit"] or "s"]
+
+
+def parse_instant(text: str, now: int) -> int:
+    """Epoch ms of ``text``: ``now``, ``now-<duration>``, digits (epoch ms) or ISO 8601."""
+    text = text.strip()
+    if text == "now":
+        return now
+    if text.startswith("now-"):
+        return now - round(parse_duration(text[4:]) * 1000)
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d"
+                          ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
 
 
 def spark_interval(seconds: float) -> str:
@@ -76,26 +109,209 @@ def parse_thresholds(items: Iterable[str]) -> dict[str, int]:
     return thresholds
 
 
+def schema_ddl(fields: Mapping[str, str]) -> str:
+    """The Spark DDL of a field map (``request_id STRING, pair STRING, ...``)."""
+    return ", ".join(f"{name} {kind}" for name, kind in fields.items())
+
+
 def result_schema_ddl() -> str:
-    """The Spark DDL of :data:`RESULT_FIELDS` (``request_id STRING, pair STRING, ...``)."""
-    return ", ".join(f"{name} {kind}" for name, kind in RESULT_FIELDS.items())
+    """The Spark DDL of :data:`RESULT_FIELDS`."""
+    return schema_ddl(RESULT_FIELDS)
 
 
-def to_sla_window(row: Mapping[str, Any]) -> SlaWindow:
-    """One aggregated row of the job (``percentiles`` = P50, P95, P99) as a SlaWindow."""
-    p50, p95, p99 = row["percentiles"]
-    return SlaWindow(
-        pair=row["pair"],
-        window_start=int(row["window_start"]),
-        window_end=int(row["window_end"]),
-        count=int(row["count"]),
-        p50_ms=float(p50),
-        p95_ms=float(p95),
-        p99_ms=float(p99),
-        timeout_ratio=float(row["timeout_ratio"]),
-        error_ratio=float(row["error_ratio"]),
-        cache_hit_ratio=float(row["cache_hit_ratio"]),
+def objectives_met(objectives: SloObjectives, window: SlaWindow) -> dict[str, bool]:
+    """Objective name -> whether ``window`` met it (latency and ratios at most, throughput at
+    least the target)."""
+    seconds = (window.window_end - window.window_start) / 1000
+    figures = {
+        "p95_ms": window.p95_ms, "p99_ms": window.p99_ms,
+        "timeout_ratio": window.timeout_ratio, "error_ratio": window.error_ratio,
+    }
+    met = {name: figures[name] <= target for name, target in objectives.targets().items()
+           if name in figures}
+    if objectives.min_throughput_per_s is not None:
+        met["min_throughput_per_s"] = window.count / seconds >= objectives.min_throughput_per_s
+    return met
+
+
+class BurnRates:
+    """Error-budget burn rates per series: the timeout ratio of the trailing hour (6 hours) of
+    windows, over the ``timeout_ratio`` objective (1.0 burns the budget exactly on time).
+
+    Each window counts in the periods ending at the windows after it whose end is
+    at most a horizon later (its own end included). Adding a window again
+    (a re-run micro-batch) replaces it. Windows older than the longest horizon
+    before the newest one are forgotten.
+    """
+
+    def __init__(self, horizons_ms: tuple[int, ...] = BURN_HORIZONS_MS) -> None:
+        self.horizons_ms = horizons_ms
+        self._windows: dict[tuple[str, str], dict[int, tuple[int, int]]] = defaultdict(dict)
+
+    def add(self, series: str, priority: str, window_end: int, count: int,
+            timeouts: int) -> None:
+        """Record one window's result count and timeouts."""
+        windows = self._windows[(series, priority)]
+        windows[window_end] = (count, timeouts)
+        horizon = max(self.horizons_ms)
+        newest = max(windows)
+        for end in [end for end in windows if end <= newest - horizon]:
+            del windows[end]
+
+    def rates(self, series: str, priority: str, window_end: int,
+              budget: float | None) -> tuple[float | None, ...]:
+        """Burn rate of each horizon at ``window_end`` (None without a budget or results)."""
+        windows = self._windows.get((series, priority), {})
+        out: list[float | None] = []
+        for horizon in self.horizons_ms:
+            count = timeouts = 0
+            for end, (n, bad) in windows.items():
+                if window_end - horizon < end <= window_end:
+                    count, timeouts = count + n, timeouts + bad
+            out.append(timeouts / count / budget if budget and count else None)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    """One aggregated row of the job: the counts of one series and window."""
+
+    series: str
+    priority: str
+    window_start: int
+    window_end: int
+    count: int
+    received: int
+    percentiles: tuple[float, float, float]
+    timeouts: int
+    errors: int
+    cache_hits: int
+    cancelled: int
+    rejected: int
+    sketch: bytes | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WindowFigures:
+        """From the job's output row (a ``Row.asDict(recursive=True)``)."""
+        p50, p95, p99 = row["percentiles"]
+        sketch = row.get("sketch")
+        return cls(
+            series=row["series"], priority=row["priority"],
+            window_start=int(row["window_start"]), window_end=int(row["window_end"]),
+            count=int(row["count"]), received=int(row["received"]),
+            percentiles=(float(p50), float(p95), float(p99)),
+            timeouts=int(row["timeouts"]), errors=int(row["errors"]),
+            cache_hits=int(row["cache_hits"]), cancelled=int(row["cancelled"]),
+            rejected=int(row["rejected"]), sketch=bytes(sketch) if sketch is not None else None,
+        )
+
+
+def to_sla_window(figures: WindowFigures, sla: SlaSettings, burn: BurnRates) -> SlaWindow:
+    """The SlaWindow of one aggregated row: ratios, objectives met, burn rates.
+
+    Adds the window to ``burn`` first, so its own results count in its burn rates.
+    """
+    n = figures.count
+    objectives = sla.objectives_for(figures.series, figures.priority)
+    burn.add(figures.series, figures.priority, figures.window_end, n, figures.timeouts)
+    p50, p95, p99 = figures.percentiles
+    window = SlaWindow(
+        pair=figures.series, priority=figures.priority,  # type: ignore[arg-type]
+        window_start=figures.window_start, window_end=figures.window_end, count=n,
+        p50_ms=p50, p95_ms=p95, p99_ms=p99,
+        timeout_ratio=figures.timeouts / n, error_ratio=figures.errors / n,
+        cache_hit_ratio=figures.cache_hits / n, cancel_ratio=figures.cancelled / n,
+        rejected_ratio=figures.rejected / n, duplicates=figures.received - n,
+        objectives=objectives.targets(),
     )
+    burn_1h, burn_6h = burn.rates(figures.series, figures.priority, figures.window_end,
+                                  objectives.timeout_ratio)
+    return window.model_copy(update={"met": objectives_met(objectives, window),
+                                     "burn_rate_1h": burn_1h, "burn_rate_6h": burn_6h})
+
+
+def history_row(window: SlaWindow, sketch: bytes | None) -> dict[str, Any]:
+    """One row of the Parquet history: the window's fields plus its latency sketch."""
+    return {**window.model_dump(), "latency_sketch": sketch}
+
+
+def to_late_result(row: Mapping[str, Any], watermark_ms: int) -> LateResult:
+    """One late row of the side query (a result whose window closed) as a LateResult."""
+    completed = int(row["completed_at"])
+    return LateResult(
+        request_id=row["request_id"], pair=row["series"], priority=row["priority"],
+        status=row["status"], latency_ms=int(row["latency_ms"]), completed_at=completed,
+        window_start=int(row["window_start"]), window_end=int(row["window_end"]),
+        watermark=watermark_ms, late_by_ms=max(0, watermark_ms - completed),
+    )
+
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Source offsets [start, end) of one partition that one micro-batch of the windows
+    query read, and the watermark it judged their lateness by."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    batch_id: int
+    watermark_ms: int
+
+
+class OffsetLog:
+    """The windows query's offset log (``<checkpoint>/offsets/<batch>``), read back.
+
+    Spark writes, before running batch N, the end offsets of every source
+    partition and the batch's watermark. Batch N reads [end of N-1, end of N);
+    with several stateful operators (Spark ≥ 3.4), it drops input rows as
+    late by the watermark of batch N-1, the one before it. So the log tells,
+    for any record the windows query has read, which watermark judged it.
+    """
+
+    def __init__(self, checkpoint: Path) -> None:
+        self.folder = checkpoint / "offsets"
+
+    def _batches(self) -> list[tuple[int, int, dict[TopicPartition, int]]]:
+        batches = []
+        for path in self.folder.glob("*"):
+            if not path.name.isdigit():
+                continue
+            lines = path.read_text().splitlines()
+            if len(lines) < 3:
+                continue  # being written
+            watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+            ends = {(topic, int(partition)): int(offset)
+                    for line in lines[2:] if line.strip().startswith("{")
+                    for topic, partitions in json.loads(line).items()
+                    for partition, offset in partitions.items()}
+            batches.append((int(path.name), watermark, ends))
+        return sorted(batches)
+
+    def ranges(self) -> list[OffsetRange]:
+        """Every retained batch's ranges (a batch whose predecessor was purged: none)."""
+        batches = self._batches()
+        out = []
+        for (prev_id, prev_watermark, prev_ends), (batch_id, _, ends) in pairwise(batches):
+            if prev_id != batch_id - 1:
+                continue
+            for tp, end in ends.items():
+                start = prev_ends.get(tp, 0)
+                if end > start:
+                    out.append(OffsetRange(tp[0], tp[1], start, end, batch_id, prev_watermark))
+        if batches and batches[0][0] == 0:  # the first batch starts at the beginning
+            out.extend(OffsetRange(tp[0], tp[1], 0, end, 0, 0)
+                       for tp, end in batches[0][2].items() if end > 0)
+        return out
+
+    def covers(self, needed: Mapping[TopicPartition, int]) -> bool:
+        """Whether the windows query has planned a batch reading each ``needed`` offset."""
+        batches = self._batches()
+        ends = batches[-1][2] if batches else {}
+        return all(ends.get(tp, 0) > offset for tp, offset in needed.items())
 
 
 def _utc(ms: int) -> str:
@@ -104,11 +320,15 @@ def _utc(ms: int) -> str:
 
 def describe(window: SlaWindow) -> str:
     """One human-readable line per window, for the console sink."""
+    missed = sorted(name for name, ok in window.met.items() if not ok)
+    burn = "" if window.burn_rate_1h is None else f" burn1h={window.burn_rate_1h:.2f}"
     return (
-        f"{window.pair:<12} [{_utc(window.window_start)}, {_utc(window.window_end)}) "
+        f"{window.pair:<12} {window.priority[:4]} "
+        f"[{_utc(window.window_start)}, {_utc(window.window_end)}) "
         f"n={window.count:<6} p50={window.p50_ms:.0f}ms p95={window.p95_ms:.0f}ms "
         f"p99={window.p99_ms:.0f}ms timeout={window.timeout_ratio:.3f} "
-        f"error={window.error_ratio:.3f} cache_hit={window.cache_hit_ratio:.3f}"
+        f"error={window.error_ratio:.3f} cache_hit={window.cache_hit_ratio:.3f} "
+        f"dup={window.duplicates}{burn} missed={','.join(missed) or '-'}"
     )
 
 
@@ -166,26 +386,37 @@ class BatchStat:
     ms: int
 
 
+def input_rows(report: Mapping[str, Any], scans: int = 1) -> int:
+    """Records a micro-batch read, when its plan scans its one source ``scans`` times.
+
+    (With de-duplication the windows query reads its source in two branches,
+    and Spark's ``numInputRows`` counts both.)
+    """
+    return int(report.get("numInputRows") or 0) // scans
+
+
 @dataclass
 class ProgressTracker:
     """Follows a streaming query's progress reports (plain dicts, as Spark gives them).
 
-    ``idle()`` is true once no report with input rows has arrived for
-    ``idle_s`` seconds (counted from creation before the first one). Spark
-    also reports progress while idle, under the next batch's id; a report
-    counts once, by batch id and timestamp.
+    ``idle()`` is true once the latest report had no input rows and none with
+    input has arrived for ``idle_s`` seconds. A query that has not reported
+    yet (still starting, slowly on a loaded machine) or whose latest batch had
+    input (the next one may be running, however long it takes) is not idle.
+    Spark also reports progress while idle, under the next batch's id; a
+    report counts once, by batch id and timestamp.
     """
 
     idle_s: float | None = None
     clock: Callable[[], float] = time.monotonic
     # called with the input rows of each new micro-batch that had some (progress bars)
     on_input: Callable[[int], object] | None = None
+    # how often the query's plan scans its source (2 with de-duplication)
+    scans: int = 1
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
-    _last_input: float = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._last_input = self.clock()
+    _last_input: float | None = field(default=None, init=False, repr=False)
+    _latest_had_input: bool = field(default=False, init=False, repr=False)
 
     def observe(self, progress: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Take in progress reports (repeats are ignored); returns the new ones."""
@@ -196,7 +427,10 @@ class ProgressTracker:
                 continue
             self._seen.add(key)
             new.append(report)
-            rows = int(report.get("numInputRows") or 0)
+            if self._last_input is None:
+                self._last_input = self.clock()
+            rows = input_rows(report, self.scans)
+            self._latest_had_input = rows > 0
             if rows:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))
                 self.input_batches.append(BatchStat(key[0], rows, ms))
@@ -207,7 +441,9 @@ class ProgressTracker:
 
     def idle(self) -> bool:
         """Whether the ``idle_s`` limit has passed without new input."""
-        return self.idle_s is not None and self.clock() - self._last_input >= self.idle_s
+        return (self.idle_s is not None and self._last_input is not None
+                and not self._latest_had_input
+                and self.clock() - self._last_input >= self.idle_s)
 
 
 def _rate(batches: Iterable[BatchStat]) -> float:
@@ -224,6 +460,7 @@ class RunSummary:
     input_batches: tuple[BatchStat, ...]
     windows: int
     wall_s: float
+    late_rows: int = 0
 
     @property
     def input_rows(self) -> int:

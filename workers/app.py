@@ -12,11 +12,12 @@ be committed. Faust's own acking is off for the topics we consume.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,23 +27,30 @@ from faust.types import StreamT
 
 from pipeline import metrics
 from pipeline.cache import TwoLevelCache
+from pipeline.dashboard.server import SlaFeed
 from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.costs import cost_of
+from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
 from pipeline.fairness import DeficitRoundRobin, FairRounds
+from pipeline.fidelity.service import FidelityService
+from pipeline.kafka_clients import faust_app_options
+from pipeline.messages import SlaWindow
 from pipeline.offsets import Ticket, TopicPartition
 from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
 from pipeline.routing import Router
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import Settings
-from pipeline.steps.base import Batch, RetryBudgetExhausted
+from pipeline.steps.base import Batch, Outgoing, RetryBudgetExhausted, TransientError
 from pipeline.steps.chains import routing_steps, translation_steps
 from pipeline.steps.engine import EngineRunner
 from pipeline.steps.publish import Producer
 from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.runner import BatchRunner, RetryPolicy
+from pipeline.ticks import TickSource
 from workers.control import Controls, Held, held_of
 from workers.dedup import FaustDedupWindow
-from workers.faust_adapter import assigned_partitions, record_of, tp_of
+from workers.faust_adapter import assigned_partitions, micro_batches, record_of, tp_of
 from workers.offsets import OffsetKeeper
 from workers.producer import FaustProducer
 from workers.stats import WorkerStats
@@ -69,15 +77,20 @@ class WorkerContext:
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     gate: PriorityGate = field(default_factory=PriorityGate)
     stats: WorkerStats = field(default_factory=WorkerStats)
+    # markup, placeholders and glossaries (pipeline/fidelity); None: plain text only
+    fidelity: FidelityService | None = None
 
 
 class WorkerShell:
     """What every agent does with a fetched micro-batch, and the worker's lifecycle state."""
 
-    def __init__(self, app: faust.App, ctx: WorkerContext, offsets: OffsetKeeper) -> None:
+    def __init__(
+        self, app: faust.App, ctx: WorkerContext, offsets: OffsetKeeper, producer: Producer
+    ) -> None:
         self.app = app
         self.ctx = ctx
         self.offsets = offsets
+        self.producer = producer
         self.draining = False
         self.exit_code = 0
         self.joined = False
@@ -89,29 +102,51 @@ class WorkerShell:
         self._never = asyncio.Event()
         # the topics the agents consume (not Faust's changelog or leader topics)
         self.sources: set[str] = set()
+        # each translation agent's batch shaper, by its topic
+        self.shapers: dict[str, BatchShaper] = {}
 
     def input_partitions(self) -> list[TopicPartition]:
         """Assigned partitions of the topics the agents consume."""
         return sorted(tp for tp in assigned_partitions(self.app) if tp.topic in self.sources)
 
     async def handle(self, events: Sequence[Any], runner: BatchRunner,
-                     window: FaustDedupWindow | None = None) -> None:
-        """Admit, process, publish and mark done one micro-batch of one agent."""
+                     window: FaustDedupWindow | None = None,
+                     batch_size: Callable[[], int] | None = None) -> None:
+        """Admit, process, publish and mark done what one agent took."""
         admitted, tickets = await self.admit(events)
-        if admitted:
-            await self.process(admitted, tickets, runner, window)
+        await self.process(admitted, tickets, runner, window, batch_size)
 
     async def admit(self, events: Sequence[Any]) -> tuple[list[Any], list[Ticket]]:
         """The fetched events to process, in order (through the offset book), and tickets."""
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
-        return await self.offsets.admit(events)
+        try:
+            return await self.offsets.admit(events)
+        except Exception as exc:
+            # The group's offsets could not be read (broker away). Dropping these events is
+            # safe: nothing was taken, and the offset book seeks back when it sees the gap.
+            log.warning("could not admit %d events (%s); they will be fetched again",
+                        len(events), exc)
+            await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
+            return [], []
 
     async def process(self, admitted: Sequence[Any], tickets: list[Ticket], runner: BatchRunner,
-                      window: FaustDedupWindow | None = None) -> None:
-        """Run admitted events through the steps; mark them done once all is published."""
-        if self.draining:
-            await self._never.wait()
+                      window: FaustDedupWindow | None = None,
+                      batch_size: Callable[[], int] | None = None) -> None:
+        """Run admitted events through the steps, a micro-batch at a time.
+
+        ``batch_size`` (the batch shaper's current size) cuts a large take into
+        micro-batches, each marked done (committable) as soon as it is published.
+        """
+        while admitted:
+            if self.draining:
+                await self._never.wait()
+            size = max(1, batch_size()) if batch_size is not None else len(admitted)
+            await self._process(admitted[:size], tickets[:size], runner, window)
+            admitted, tickets = admitted[size:], tickets[size:]
+
+    async def _process(self, admitted: Sequence[Any], tickets: list[Ticket],
+                       runner: BatchRunner, window: FaustDedupWindow | None) -> None:
         if window is not None:
             window.bind(admitted)
         tps = {tp_of(e) for e in admitted}
@@ -205,9 +240,11 @@ def create_app(
     """
     s = ctx.settings
     w = s.worker
+    datadir = w.data_dir / app_id / (instance_id or "dynamic")
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes only the last level
     app = faust.App(
         app_id,
-        broker=[f"kafka://{hp}" for hp in s.kafka.bootstrap_servers.split(",")],
+        **faust_app_options(s.kafka),  # brokers and, when secured, credentials
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
@@ -218,15 +255,15 @@ def create_app(
         consumer_group_instance_id=instance_id,
         broker_session_timeout=w.session_timeout_s,
         broker_heartbeat_interval=w.session_timeout_s / 3,
-        datadir=str(w.data_dir / app_id / (instance_id or "dynamic")),
+        datadir=str(datadir),
         web_port=w.web_port if web_port is None else web_port,
         web_bind=w.web_host,
         web_host=w.web_host,
         web_enabled=True,
     )
     offsets = OffsetKeeper(app, s.kafka, app_id, w.commit_interval_s)
-    shell = WorkerShell(app, ctx, offsets)
     producer = FaustProducer(app, w.produce_timeout_s)
+    shell = WorkerShell(app, ctx, offsets, producer)
     policy = RetryPolicy(w.retry_initial_s, w.retry_max_s, w.retry_budget_s)
     controls = Controls.from_settings(s)
     replies = controls.reply_copies
@@ -256,7 +293,7 @@ def create_app(
     for entry in served:
         _add_pair_agents(app, shell, entry, source, producer, policy, controls, replies)
 
-    _add_lifecycle(app, shell)
+    _add_lifecycle(app, shell, [entry.pair.id for entry in served])
     _add_controls(app, controls, with_agents=bool(served))
     return app, shell
 
@@ -267,21 +304,28 @@ def _add_pair_agents(
     controls: Controls, replies: ReplyCopies,
 ) -> None:
     ctx = shell.ctx
-    w = ctx.settings.worker
+    s, w = ctx.settings, ctx.settings.worker
     table = app.Table(
-        f"dedup-{entry.pair.id}", default=dict, partitions=ctx.settings.kafka.pair_partitions
+        f"dedup-{entry.pair.id}", default=dict, partitions=s.kafka.pair_partitions
     ).tumbling(w.dedup_window_s, expires=2 * w.dedup_window_s)
-    for priority, topic_name, take, budget in (
-        (INTERACTIVE, pair_topic(entry.pair), w.max_messages, w.token_budget),
-        (BULK, bulk_topic(entry.pair), w.bulk_max_messages, w.bulk_token_budget),
+    cost = cost_of(entry.translator, entry.pair)
+    for priority, topic_name, budget in (
+        (INTERACTIVE, pair_topic(entry.pair), w.token_budget),
+        (BULK, bulk_topic(entry.pair), w.bulk_token_budget),
     ):
+        # the batch shape: static, or adaptive (interactive); bulk calls bounded in time
+        shaper = BatchShaper(s, entry.pair, cost, bulk=priority == BULK)
+        shell.shapers[topic_name] = shaper
         # One window adapter per agent: each binds its own batch's events (same table).
         window = FaustDedupWindow(table, w.dedup_window_s)
-        engine = EngineRunner(entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority)
+        engine = EngineRunner(
+            entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority, shaper=shaper
+        )
         steps = translation_steps(
-            limits=ctx.settings.limits, window=window, cache=ctx.cache, engine=engine,
+            limits=s.limits, window=window, cache=ctx.cache, engine=engine,
             producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
             cancels=controls.cancels, quotas=controls.quotas, replies=replies,
+            fidelity=ctx.fidelity,
         )
         runner = BatchRunner(
             steps,
@@ -290,30 +334,33 @@ def _add_pair_agents(
             ),
             policy, name=topic_name,
         )
+        # Take as much as the shape may ever ask for; the shell cuts it to the current size.
+        take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
+        size = lambda shaper=shaper: shaper.knobs.max_messages  # noqa: E731 (read at each cut)
         agent = (
-            _fair_agent(shell, runner, window, take, topic_name)
-            if ctx.settings.tenants.fair_share
-            else _plain_agent(shell, runner, window, take, w.max_wait_s)
+            _fair_agent(shell, runner, window, take, topic_name, size)
+            if s.tenants.fair_share
+            else _plain_agent(shell, runner, window, take, w.max_wait_s, size)
         )
         app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(agent)
 
 
 def _plain_agent(
     shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None, take: int,
-    wait_s: float,
-) -> Callable[[StreamT], Any]:
+    wait_s: float, batch_size: Callable[[], int] | None = None,
+) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """First come, first served: each fetched micro-batch runs as it is."""
-    async def consume(stream: StreamT) -> None:
-        async for events in stream.take_events(take, within=wait_s):
-            await shell.handle(events, runner, window)
+    async def consume(stream: StreamT[Any]) -> None:
+        async for events in micro_batches(stream, take, wait_s):
+            await shell.handle(events, runner, window, batch_size)
 
     return consume
 
 
 def _fair_agent(
     shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None, take: int,
-    topic: str,
-) -> Callable[[StreamT], Any]:
+    topic: str, batch_size: Callable[[], int] | None = None,
+) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
     Held events are admitted (their offsets owed) but not done, so nothing past
@@ -323,17 +370,19 @@ def _fair_agent(
     s = shell.ctx.settings
     tenants = s.tenants
 
-    async def consume(stream: StreamT) -> None:
+    async def consume(stream: StreamT[Any]) -> None:
         rounds: FairRounds[Held] = FairRounds(
             DeficitRoundRobin(tenant_of=lambda h: h.tenant, cost_of=lambda h: h.chars,
                               weight_of=tenants.weight, quantum=tenants.quantum_chars,
                               max_items=take, active_s=tenants.active_s),
             max_held=tenants.max_deferred,
         )
-        server = asyncio.create_task(_serve_rounds(shell, runner, window, rounds, topic))
+        server = asyncio.create_task(
+            _serve_rounds(shell, runner, window, rounds, topic, batch_size)
+        )
         server.add_done_callback(functools.partial(_rounds_ended, shell, topic))
         try:
-            async for events in stream.take_events(take, within=s.worker.max_wait_s):
+            async for events in micro_batches(stream, take, s.worker.max_wait_s):
                 admitted, tickets = await shell.admit(events)
                 if admitted:
                     await rounds.offer([held_of(e, t) for e, t in zip(admitted, tickets,
@@ -355,7 +404,7 @@ def _rounds_ended(shell: WorkerShell, topic: str, task: asyncio.Task[None]) -> N
 
 async def _serve_rounds(
     shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None,
-    rounds: FairRounds[Held], topic: str,
+    rounds: FairRounds[Held], topic: str, batch_size: Callable[[], int] | None,
 ) -> None:
     seen: set[str] = set()
     while True:
@@ -363,7 +412,7 @@ async def _serve_rounds(
         current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
         if current:
             await shell.process([h.event for h in current], [h.ticket for h in current],
-                                runner, window)
+                                runner, window, batch_size)
         held = rounds.held_by_tenant()
         metrics.set_fair_share_held(topic, held, seen)
         seen.update(held)
@@ -380,33 +429,61 @@ def _add_controls(app: faust.App, controls: Controls, *, with_agents: bool) -> N
         quota_errors.update(controls.quotas.errors)
 
 
-def _add_lifecycle(app: faust.App, shell: WorkerShell) -> None:
+def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> None:
     """Rebalance hooks, the commit task, readiness and stats pages, metric sampling."""
     ctx = shell.ctx
     obs = ctx.settings.observability
 
-    @app.on_partitions_revoked.connect
-    async def on_revoked(_app: faust.App, revoked: set[FaustTP], **_: Any) -> None:
+    async def on_revoked(_app: Any, revoked: set[FaustTP], **_: Any) -> None:
         await shell.offsets.on_revoked()
 
-    @app.on_partitions_assigned.connect
-    async def on_assigned(_app: faust.App, assigned: set[FaustTP], **_: Any) -> None:
+    async def on_assigned(_app: Any, assigned: set[FaustTP], **_: Any) -> None:
         shell.offsets.on_assigned()
         if not shell.joined:
             shell.joined = True
             log.info("worker %s joined group %s: %d partitions assigned", ctx.worker_name,
                      app.conf.id, len(assigned))
 
+    # Faust's signals pass the sender, the partitions and the signal itself
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
+    app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
+
     @app.task
     async def commit_offsets() -> None:
         await shell.offsets.run()
+
+    if served and ctx.settings.worker.tick_interval_s > 0:
+        ticks = TickSource(served, ctx.worker_name)
+
+        # Heartbeats, so the SLA job closes a quiet pair's windows (never on translate.results).
+        @app.timer(interval=ctx.settings.worker.tick_interval_s)
+        async def publish_ticks() -> None:
+            with contextlib.suppress(TransientError):  # a missed tick is made up by the next
+                await shell.producer.send_all(
+                    [Outgoing(topic, key, value, [], "tick")
+                     for topic, key, value in ticks.records()]
+                )
+
+    adaptive = [shaper for shaper in shell.shapers.values() if shaper.controller]
+    if adaptive:
+        sla = ctx.settings.sla
+
+        @app.task
+        async def follow_sla_windows() -> None:
+            """The adaptive controllers' outer loop: the SLA job's windows of their pairs."""
+
+            def to_shapers(window: SlaWindow) -> None:
+                for shaper in adaptive:
+                    shaper.add(window)
+
+            await SlaFeed(ctx.settings.kafka, sla.sink_topic, 0.0, SlaWindow, to_shapers).run()
 
     @app.task
     async def announce_ready() -> None:
         while not shell.readiness()[0]:
             await asyncio.sleep(0.2)
         details = shell.readiness()[1]
-        log.info("ready: worker %s of group %s serving %s", ctx.worker_name, app.conf.id,
+        log.info("ready: worker %s (group %s) serving %s", ctx.worker_name, app.conf.id,
                  "; ".join(f"{t} {p}" for t, p in details["assigned"].items()) or
                  "no partitions yet (more workers than partitions)")
 
@@ -445,9 +522,12 @@ async def _sample_lag(app: faust.App, shell: WorkerShell) -> None:
             return
         ends = await app.consumer.highwaters(*(FaustTP(*tp) for tp in inputs))
         committed = await asyncio.to_thread(shell.offsets.committed_offsets, inputs)
-        metrics.set_committed_lag(app.conf.id, {
-            tp: ends[FaustTP(*tp)] - committed.get(tp, 0)
-            for tp in inputs if FaustTP(*tp) in ends
-        })
+        lag = {tp: ends[FaustTP(*tp)] - committed.get(tp, 0)
+               for tp in inputs if FaustTP(*tp) in ends}
+        metrics.set_committed_lag(
+            app.conf.id, {(tp.topic, tp.partition): n for tp, n in lag.items()}
+        )
+        for topic, shaper in shell.shapers.items():
+            shaper.lag(sum(n for tp, n in lag.items() if tp.topic == topic))
     except Exception as exc:  # a rebalance in progress; sample again next time
         log.debug("lag sample failed: %s", exc)

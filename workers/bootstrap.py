@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import faust
 from kafka.errors import KafkaError
+from mode.utils.times import want_seconds
 from tenacity import (
     Retrying,
     retry_if_exception_type,
@@ -25,7 +26,14 @@ from tenacity import (
 
 from pipeline.errors import BabelStreamError, ServiceUnavailable
 from pipeline.kafka_clients import admin_client
-from pipeline.pairs import CANCEL_TOPIC, DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.pairs import (
+    CANCEL_TOPIC,
+    DLQ_TOPIC,
+    REQUESTS_TOPIC,
+    RESULTS_TOPIC,
+    TICKS_TOPIC,
+    Pair,
+)
 from pipeline.reachability import kafka_unreachable, require_kafka
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs, topic_specs
@@ -42,10 +50,8 @@ def worker_topics(
 ) -> dict[str, TopicSpec]:
     """Every topic this worker reads or writes, with how to create it."""
     kafka = settings.kafka
-    specs = {
-        RESULTS_TOPIC: TopicSpec(kafka.results_partitions),
-        DLQ_TOPIC: TopicSpec(kafka.dlq_partitions),
-    }
+    every = topic_specs(settings)
+    specs = {name: every[name] for name in (RESULTS_TOPIC, DLQ_TOPIC, TICKS_TOPIC)}
     if with_router:
         specs[REQUESTS_TOPIC] = TopicSpec(kafka.ingress_partitions)
     pairs = list(pairs)
@@ -74,7 +80,7 @@ def changelog_config(topic: faust.TopicT) -> dict[str, str]:
                 if on]
     config = {"cleanup.policy": ",".join(policies)} if policies else {}
     if topic.retention:
-        retention_ms = int(float(topic.retention) * 1000)
+        retention_ms = int(want_seconds(topic.retention) * 1000)
         config["retention.ms"] = str(retention_ms)
         config["segment.ms"] = str(max(60_000, retention_ms // 2))
     return config

@@ -5,11 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from faust.types import EventT
-
 from pipeline.cache import CachedTranslation
 from pipeline.steps.base import Item
-from workers.faust_adapter import as_current_event
+from workers.faust_adapter import Event, as_current_event
 
 
 class FaustDedupWindow:
@@ -26,13 +24,13 @@ class FaustDedupWindow:
     def __init__(self, table: Any, window_s: float) -> None:
         self._table = table.relative_to_now()
         self._window_s = window_s
-        self._events: dict[tuple[int, int], EventT] = {}
+        self._events: dict[tuple[int, int], Event] = {}
 
-    def bind(self, events: Iterable[EventT]) -> None:
+    def bind(self, events: Iterable[Event]) -> None:
         """The events of the batch about to be processed, by (partition, offset)."""
         self._events = {(e.message.partition, e.message.offset): e for e in events}
 
-    def _event(self, item: Item) -> EventT:
+    def _event(self, item: Item) -> Event:
         return self._events[(item.record.partition, item.record.offset)]
 
     def get(self, item: Item) -> CachedTranslation | None:
@@ -51,4 +49,5 @@ class FaustDedupWindow:
                 "model": value.model,
                 "input_tokens": value.input_tokens,
                 "output_tokens": value.output_tokens,
+                "extra": value.extra,
             }

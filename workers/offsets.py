@@ -18,13 +18,13 @@ import time
 from collections.abc import Iterable, Sequence
 
 import faust
-from faust.types import TP, EventT
+from faust.types import TP
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.offsets import OffsetLedger, Ticket, TopicPartition, Verdict
 from pipeline.settings import KafkaSettings
-from workers.faust_adapter import commit_offsets, tp_of
+from workers.faust_adapter import Event, commit_offsets, tp_of
 
 log = logging.getLogger(__name__)
 
@@ -55,21 +55,16 @@ class OffsetKeeper:
 
     # -- the agents' side ------------------------------------------------------
 
-    async def admit(self, events: Sequence[EventT]) -> tuple[list[EventT], list[Ticket]]:
+    async def admit(self, events: Sequence[Event]) -> tuple[list[Event], list[Ticket]]:
         """The events to process now (in order, none skipped) and their tickets."""
-        epoch = self.ledger.epoch
         unknown = {tp_of(e) for e in events if not self.ledger.knows(tp_of(e))}
-        if unknown:
-            starts = await self._starting_offsets(unknown)
-            if self.ledger.epoch != epoch:
-                # Rebalanced meanwhile: these events belong to the old assignment. The
-                # new one starts at the committed offsets, and a skip is sought back.
-                log.info("rebalanced while starting partitions; %d fetched events dropped",
-                         len(events))
-                return [], []
-            for tp, offset in starts.items():
-                self.ledger.start(tp, offset)
-        admitted: list[EventT] = []
+        if unknown and not await self._start(unknown):
+            # Rebalanced meanwhile: these events belong to the old assignment. The
+            # new one starts at the committed offsets, and a skip is sought back.
+            log.info("rebalanced while starting partitions; %d fetched events dropped",
+                     len(events))
+            return [], []
+        admitted: list[Event] = []
         tickets: list[Ticket] = []
         for event in events:
             tp, offset = tp_of(event), event.message.offset
@@ -119,7 +114,12 @@ class OffsetKeeper:
         # it then drops; so the seek is repeated until the owed record arrives.
         self.seeks += 1
         self._last_seek[tp] = time.monotonic()
-        await self._app.consumer.seek_wait({TP(tp.topic, tp.partition): self.ledger.owed(tp)})
+        try:
+            await self._app.consumer.seek_wait(
+                {TP(tp.topic, tp.partition): self.ledger.owed(tp)}
+            )
+        except Exception as exc:  # revoked meanwhile, or the broker is away: retried later
+            log.info("%s[%d]: seek not done now (%s); retrying", tp.topic, tp.partition, exc)
 
     async def _reseek_if_due(self, tp: TopicPartition) -> None:
         if time.monotonic() - self._last_seek.get(tp, 0.0) >= self.reseek_s:
@@ -136,13 +136,8 @@ class OffsetKeeper:
             self._stalled.clear()
             return
         unknown = [tp for tp in inputs if not self.ledger.knows(tp)]
-        if unknown:
-            epoch = self.ledger.epoch
-            starts = await self._starting_offsets(unknown)
-            if self.ledger.epoch != epoch:
-                return
-            for tp, offset in starts.items():
-                self.ledger.start(tp, offset)
+        if unknown and not await self._start(unknown):
+            return
         ends = await self._app.consumer.highwaters(*(TP(tp.topic, tp.partition) for tp in inputs))
         now, owed_all = time.monotonic(), self.ledger.owed_all()
         for tp in inputs:
@@ -163,6 +158,20 @@ class OffsetKeeper:
         """Seek again every partition whose refetch has not arrived in time."""
         for tp in self.ledger.refetching():
             await self._reseek_if_due(tp)
+
+    async def _start(self, tps: Iterable[TopicPartition]) -> bool:
+        """Start partitions at the group's committed offsets; False if rebalanced meanwhile."""
+        epoch = self.ledger.epoch
+        starts = await self._starting_offsets(tps)
+        if self.ledger.epoch != epoch:
+            return False
+        for tp, offset in starts.items():
+            # the agents and the stall timer both start partitions lazily: one that
+            # the other started during this lookup may have taken records already,
+            # and starting it again would rewind it (every record since, twice)
+            if not self.ledger.knows(tp):
+                self.ledger.start(tp, offset)
+        return True
 
     async def _starting_offsets(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The group's committed offset of each partition, or the log start when none."""

@@ -31,11 +31,13 @@ class LoadReport:
         results = [r for r in self.replies.ordered if r is not None]
         ok = [r for r in results if r.status == "ok"]
         latencies = np.array([r.latency_ms for r in results], dtype=float)
-        p50, p95, p99 = (np.percentile(latencies, [50, 95, 99]) if len(latencies)
-                         else (float("nan"),) * 3)
+        p50, p95, p99 = (
+            np.percentile(latencies, [50, 95, 99]) if len(latencies) else (float("nan"),) * 3
+        )
         span_ms = (
             max(r.completed_at for r in results) - min(r.submitted_at for r in results)
-            if results else 0
+            if results
+            else 0
         )
         span_s = max(span_ms / 1000, 1e-9)
         tokens = sum((r.output_tokens or 0) for r in ok)
@@ -51,7 +53,8 @@ class LoadReport:
             "p95_ms": round(float(p95), 1),
             "p99_ms": round(float(p99), 1),
             "cache_hit_ratio": round(sum(r.cache != "miss" for r in ok) / len(ok), 4)
-            if ok else 0.0,
+            if ok
+            else 0.0,
             "cache_levels": dict(Counter(r.cache for r in ok)),
         }
 
@@ -83,7 +86,9 @@ def run_load(
 
 
 def _publish(
-    client: TranslationClient, requests: Sequence[TranslationRequest], rate: float | None,
+    client: TranslationClient,
+    requests: Sequence[TranslationRequest],
+    rate: float | None,
     topic: str,
 ) -> None:
     if not rate:

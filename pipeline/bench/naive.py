@@ -7,30 +7,45 @@ no caching, no dedup.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 
 import click
 from kafka import KafkaConsumer, KafkaProducer
 
 from pipeline.engine.translator import CTranslate2Translator
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import load_settings
 
+# each bench run consumes a topic of its own: NAIVE_TOPIC.<run id>
 NAIVE_TOPIC = "translate.bench.naive"
 
 
-def serve(topic: str, group: str, idle_exit_s: float) -> None:
+def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
     """Consume, translate one request, produce its result, commit; repeat until idle."""
     settings = load_settings()
-    translator = CTranslate2Translator.from_settings(settings.engine)
+    translator = CTranslate2Translator.from_settings(settings.engine, [pair_id])
     consumer = KafkaConsumer(
-        topic, bootstrap_servers=settings.kafka.bootstrap_servers, group_id=group,
-        enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=1,
+        topic,
+        **kafka_python_options(settings.kafka, "bench-naive"),
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=1,
+        # the run's topic was created a moment ago: if the first metadata missed it,
+        # look again in seconds, not after kafka-python's default five minutes
+        metadata_max_age_ms=5000,
     )
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-naive"), acks="all")
+    # SIGTERM (the bench is done): finish the message in hand, then leave the group,
+    # so the next bench does not find this consumer there for a session timeout
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     last = time.monotonic()
-    while time.monotonic() - last < idle_exit_s:
+    while not stopping.is_set() and time.monotonic() - last < idle_exit_s:
         for records in consumer.poll(timeout_ms=200).values():
             for record in records:
                 last = time.monotonic()
@@ -38,13 +53,20 @@ def serve(topic: str, group: str, idle_exit_s: float) -> None:
                 started = now_ms()
                 (out,) = translator.translate_batch([request.text], request.pair)
                 result = TranslationResult.for_request(
-                    request, status="ok", translation=out.text, model=translator.model_id,
-                    cache="miss", started_at=started, batch_size=1,
-                    input_tokens=out.input_tokens, output_tokens=out.output_tokens,
+                    request,
+                    status="ok",
+                    translation=out.text,
+                    model=translator.model_id,
+                    cache="miss",
+                    started_at=started,
+                    batch_size=1,
+                    input_tokens=out.input_tokens,
+                    output_tokens=out.output_tokens,
                     worker="naive",
                 )
-                producer.send(RESULTS_TOPIC, key=request.request_id.encode(),
-                              value=result.to_json()).get(timeout=30)
+                producer.send(
+                    RESULTS_TOPIC, key=request.request_id.encode(), value=result.to_json()
+                ).get(timeout=30)
                 consumer.commit()
     consumer.close()
     producer.close()
@@ -53,11 +75,17 @@ def serve(topic: str, group: str, idle_exit_s: float) -> None:
 @click.command()
 @click.option("--topic", default=NAIVE_TOPIC, show_default=True)
 @click.option("--group", required=True, help="Consumer group (fresh per run).")
-@click.option("--idle-exit", type=float, default=600.0, show_default=True,
-              help="Exit after this many seconds without a message.")
-def main(topic: str, group: str, idle_exit: float) -> None:
+@click.option("--pair", "pair_id", required=True, help="The pair to load (SRC_TGT).")
+@click.option(
+    "--idle-exit",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Exit after this many seconds without a message.",
+)
+def main(topic: str, group: str, pair_id: str, idle_exit: float) -> None:
     """Serve the naive baseline until idle (started by ``babelstream bench naive``)."""
-    serve(topic, group, idle_exit)
+    serve(topic, group, pair_id, idle_exit)
 
 
 if __name__ == "__main__":

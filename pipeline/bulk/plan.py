@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from pipeline.bulk import BulkError
 from pipeline.bulk.assemble import DocumentOutcome, SegmentOutcome, assemble_document
 from pipeline.bulk.readers import DocumentBatch
 from pipeline.bulk.requests import request_id
-from pipeline.bulk.segmenter import Segmentation, segment_document
+from pipeline.bulk.segmenter import Segmentation, segment_for_format
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,15 +67,24 @@ class BatchPlan:
         ]
 
 
-def plan_batch(job_id: str, batch: DocumentBatch, max_segment_bytes: int) -> BatchPlan:
-    """Segment every document of ``batch`` and name each segment's request."""
+def plan_batch(
+    job_id: str, batch: DocumentBatch, max_segment_bytes: int, text_format: str = "text"
+) -> BatchPlan:
+    """Segment every document of ``batch`` and name each segment's request.
+
+    Plain text is cut into sentences; markup documents (``text_format``
+    html, xml or markdown) are one segment each.
+    """
     documents: list[Segmentation | None] = []
     tasks: list[SegmentTask] = []
     for doc_index, (doc_id, text) in enumerate(zip(batch.ids, batch.texts, strict=True)):
         if text is None:
             documents.append(None)
             continue
-        segmentation = segment_document(text, max_segment_bytes)
+        try:
+            segmentation = segment_for_format(text, text_format, max_segment_bytes)
+        except BulkError as exc:
+            raise BulkError(f"document {doc_id!r}: {exc}") from None
         documents.append(segmentation)
         tasks.extend(
             SegmentTask(request_id(job_id, doc_id, i), doc_index, i, segment.text)

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.bulk import BulkError
 from pipeline.messages import TranslationRequest
@@ -44,11 +45,26 @@ def check_job_id(job_id: str) -> str:
 
 def default_job_id(
     inputs: Sequence[str], pair: Pair, *, id_column: str | None, text_column: str,
-    tenant: str | None, domain: str | None,
+    tenant: str | None, domain: str | None, text_format: str = "text",
+    glossary: str | None = None,
 ) -> str:
     """A job id from everything that defines the job, so the same command resumes."""
-    spec = json.dumps([list(inputs), pair.id, id_column, text_column, tenant, domain])
+    fields: list[object] = [list(inputs), pair.id, id_column, text_column, tenant, domain]
+    if text_format != "text" or glossary is not None:  # ids of plain jobs stay as they were
+        fields += [text_format, glossary]
+    spec = json.dumps(fields)
     return f"bulk-{pair.id}-{_short_digest(spec)}"
+
+
+def job_identity(
+    pair: Pair, tenant: str | None, domain: str | None, text_format: str = "text",
+    glossary: str | None = None,
+) -> dict[str, Any]:
+    """The manifest fields a job keeps for life (they change translations)."""
+    identity: dict[str, Any] = {"pair": pair.id, "tenant": tenant, "domain": domain}
+    if text_format != "text" or glossary is not None:  # manifests of plain jobs stay as they were
+        identity.update(text_format=text_format, glossary=glossary)
+    return identity
 
 
 def doc_key(doc_id: str) -> str:
@@ -83,6 +99,8 @@ class RequestTemplate:
     domain: str | None = None
     # the job's own results topic (see pipeline.replies)
     reply_to: str | None = None
+    text_format: str = "text"
+    glossary: str | None = None
 
     def request(
         self, doc_id: str, segment_index: int, text: str, submitted_at: int
@@ -101,6 +119,8 @@ class RequestTemplate:
             doc_id=wire_doc_id(doc_id),
             segment_index=segment_index,
             reply_to=self.reply_to,
+            format=None if self.text_format == "text" else self.text_format,  # type: ignore[arg-type]
+            glossary=self.glossary,
         )
 
     def record(self, request: TranslationRequest) -> tuple[bytes, bytes]:

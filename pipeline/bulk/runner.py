@@ -31,7 +31,7 @@ from pipeline.bulk import BulkCancelled, BulkError, BulkInterrupted
 from pipeline.bulk.assemble import SegmentOutcome, assemble_table, output_schema
 from pipeline.bulk.plan import BatchPlan, SegmentTask, plan_batch
 from pipeline.bulk.readers import CorpusReader
-from pipeline.bulk.requests import RequestTemplate
+from pipeline.bulk.requests import RequestTemplate, job_identity
 from pipeline.bulk.state import JobState, result_record
 from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.cancel import cancels_for, publish_cancels
@@ -62,10 +62,12 @@ class JobSpec:
     text_column: str = "text"
     tenant: str | None = None
     domain: str | None = None
+    text_format: str = "text"
+    glossary: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The manifest fields a job keeps for life (they change translations)."""
-        return {"pair": self.pair.id, "tenant": self.tenant, "domain": self.domain}
+        return job_identity(self.pair, self.tenant, self.domain, self.text_format, self.glossary)
 
 
 @dataclass
@@ -238,6 +240,8 @@ class _Pump:
                 timeout_ms=bulk.timeout_ms,
                 tenant=self._spec.tenant,
                 domain=self._spec.domain,
+                text_format=self._spec.text_format,
+                glossary=self._spec.glossary,
                 reply_to=reply.name,
             )
             exhausted = False
@@ -297,7 +301,10 @@ class _Pump:
             batch = next(documents, None)
             if batch is None:
                 return False
-            plan = plan_batch(self._spec.job_id, batch, self._settings.limits.max_text_bytes)
+            plan = plan_batch(
+                self._spec.job_id, batch, self._settings.limits.max_text_bytes,
+                self._spec.text_format,
+            )
             self._report.segments_total += len(plan.tasks)
             for request_id, outcome in self._state.completed(plan.tasks).items():
                 plan.add(request_id, outcome)

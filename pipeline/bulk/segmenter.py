@@ -91,6 +91,34 @@ def segment_document(text: str, max_bytes: int = 16 * 1024) -> Segmentation:
     return Segmentation(tuple(segments), text[pos:])
 
 
+def segment_whole(text: str, max_bytes: int = 16 * 1024) -> Segmentation:
+    """A markup document as one segment: markup must not be cut between sentences.
+
+    Surrounding whitespace stays outside; a document over ``max_bytes`` is a
+    :class:`~pipeline.bulk.BulkError` (raise ``BABELSTREAM_LIMITS__MAX_TEXT_BYTES``).
+    """
+    from pipeline.bulk import BulkError
+
+    core = text.strip()
+    if not core:
+        return Segmentation((), text)
+    size = len(core.encode("utf-8"))
+    if size > max_bytes:
+        raise BulkError(
+            f"a markup document of {size} bytes is over the {max_bytes}-byte request limit "
+            "(markup documents travel whole; raise BABELSTREAM_LIMITS__MAX_TEXT_BYTES)"
+        )
+    start = text.index(core)
+    return Segmentation((Segment(text[:start], core),), text[start + len(core) :])
+
+
+def segment_for_format(text: str, text_format: str, max_bytes: int = 16 * 1024) -> Segmentation:
+    """Plain text cut into sentences; html/xml/markdown documents whole."""
+    if text_format == "text":
+        return segment_document(text, max_bytes)
+    return segment_whole(text, max_bytes)
+
+
 def _sentence_spans(line: str) -> Iterator[tuple[int, int]]:
     """(start, end) of each sentence in one line's content (which has no outer whitespace)."""
     start = 0

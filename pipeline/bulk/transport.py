@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from pipeline.bulk import BulkError
 from pipeline.client import reliable_producer
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka_check import kafka_python_client
 from pipeline.messages import TranslationResult
 from pipeline.pairs import RESULTS_TOPIC
 from pipeline.settings import KafkaSettings
@@ -62,8 +62,8 @@ class JobResults:
     def __init__(self, settings: KafkaSettings, job_id: str, topic: str = RESULTS_TOPIC) -> None:
         self._job_id = job_id
         self._marker = job_id.encode()
-        self._consumer = KafkaConsumer(
-            **kafka_python_options(settings, "bulk-results"),
+        self._consumer = kafka_python_client(
+            KafkaConsumer, settings, "bulk-results",
             group_id=None,
             enable_auto_commit=False,
             max_poll_records=500,

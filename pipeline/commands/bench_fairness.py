@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import click
 
 from pipeline.bench.fairness import measure_fairness
-from pipeline.commands.bench_pipeline import machine_info
+from pipeline.bench.report import Machine
 from pipeline.settings import Settings
 
 
@@ -50,8 +51,9 @@ def fairness(
     as_json: bool,
 ) -> None:
     """Steady tenant's P99 alone, under a flood with fair share, and without (starts workers)."""
+    machine = Machine.current()  # before the runs load the machine
     doc = measure_fairness(
         settings, flood=flood, steady=steady, rate=rate, quantum_chars=quantum_chars
     )
-    doc["machine"] = machine_info()
+    doc["machine"] = asdict(machine)
     click.echo(json.dumps(doc, indent=None if as_json else 2))

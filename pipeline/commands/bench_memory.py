@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from pipeline.bench.bulk_memory import measure_bulk_memory
-from pipeline.commands.bench_pipeline import machine_info
+from pipeline.bench.report import Machine
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.settings import Settings
 
@@ -42,6 +43,7 @@ def bulk_memory(
     Starts a worker; the corpus and output of each size are written to
     --work-dir (a 2 GB corpus needs about 2 GB there, plus its output).
     """
+    machine = Machine.current()  # before the runs load the machine
     log_path = settings.stack.home / "log" / "bench-worker.log"
     # No interactive traffic to protect: large bulk batches, so the worker's per-batch
     # overhead does not decide how long a big corpus takes (the runner is measured).
@@ -63,6 +65,6 @@ def bulk_memory(
             "window_bytes": settings.bulk.window_bytes,
             "worker_bulk_max_messages": BENCH_BULK_BATCH,
         },
-        "machine": machine_info(),
+        "machine": asdict(machine),
     }
     click.echo(json.dumps(doc, indent=None if as_json else 2))

@@ -1,12 +1,21 @@
 """``babelstream bench sla``: the results/s the Spark SLA job sustains on this machine.
 
-Pre-loads synthetic results into a fresh topic, closes their windows with one
-later "tick" result per pair, runs the job over the backlog with
-``--until-idle`` and reports input rows per second of micro-batch time (the
-sum of ``triggerExecution`` over batches with input; ``warm_`` without the
-first batch, which pays for JVM warm-up), next to the wall time that
-includes the JVM start. ``results_in_windows`` (the sum of the windows'
-counts) equals ``results`` unless the job dropped some as too late.
+Pre-loads synthetic results (``--duplicates`` of them repeated) into a fresh
+topic and one worker tick per pair far later (closing every window), then runs
+the job over the backlog with ``--until-idle`` once per configuration, on the
+same input, in one process:
+
+- ``full``: the job as it runs (de-duplication, KLL sketches, the late-rows query);
+- ``baseline``: without de-duplication, sketches and the late-rows query, i.e.
+  what the job computed before them.
+
+``full`` runs first, so ``baseline`` gets the warmer JVM: the ratio errs against
+``full``. Each reports input rows per second of the windows query's
+micro-batch time (the sum of ``triggerExecution`` over batches with input;
+``warm_`` without the first batch, which pays for JVM warm-up), next to the
+wall time that includes the session start. ``results_in_windows`` (the sum
+of the windows' counts) equals the unique results unless the job dropped
+some as too late.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from pipeline.progress import progress_bar
 from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
 from pipeline.sla import RunSummary
+from pipeline.stack.topics import TopicSpec, ensure_topics
+from pipeline.ticks import TickSource
 
 _STATUSES = ("ok",) * 17 + ("timeout", "error")
 _CACHES = ("miss", "miss", "l1", "l2", "window")
@@ -40,59 +51,57 @@ def bench_pair(index: int) -> str:
     return f"en_x{chr(97 + index // 26 % 26)}{chr(97 + index % 26)}"
 
 
-def synthetic_results(count: int, pairs: int, rate: int, seed: int = 7) -> Iterator[bytes]:
-    """``count`` TranslationResult JSON documents, ``rate`` per second of event time."""
+def synthetic_results(count: int, pairs: int, rate: int, seed: int = 7,
+                      duplicates: float = 0.0) -> Iterator[bytes]:
+    """``count`` TranslationResult JSON documents, ``rate`` per second of event time;
+    a ``duplicates`` share of them is sent twice (right after the first copy)."""
     rng = random.Random(seed)
     for i in range(count):
         pair = bench_pair(i % pairs)
         completed = _BASE_MS + i * 1000 // rate
         latency = int(rng.lognormvariate(5.5, 0.8))
-        yield json.dumps({
+        document = json.dumps({
             "schema_version": 1, "request_id": f"bench-{i}", "source_lang": "en",
             "target_lang": pair[3:], "pair": pair, "status": rng.choice(_STATUSES),
             "cache": rng.choice(_CACHES), "submitted_at": completed - latency,
             "completed_at": completed, "latency_ms": latency,
         }).encode()
+        yield document
+        if rng.random() < duplicates:
+            yield document
 
 
-def _tick(pair: str, completed: int) -> bytes:
-    return json.dumps({
-        "schema_version": 1, "request_id": f"tick-{pair}", "source_lang": "en",
-        "target_lang": pair[3:], "pair": pair, "status": "ok", "submitted_at": completed,
-        "completed_at": completed, "latency_ms": 0,
-    }).encode()
-
-
-def preload(settings: Settings, topic: str, count: int, pairs: int, rate: int) -> float:
-    """Produce the synthetic results and the closing ticks; returns the seconds it took."""
+def preload(settings: Settings, topics: dict[str, str], count: int, pairs: int, rate: int,
+            duplicates: float) -> tuple[float, int]:
+    """Produce the synthetic results and the closing ticks; returns (seconds, records sent)."""
     from kafka import KafkaProducer
 
     started = time.monotonic()
     # acks=1 without idempotence: synthetic load, speed over delivery guarantees
     producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
                              enable_idempotence=False, linger_ms=50, batch_size=512 * 1024)
+    sent = 0
     with progress_bar("pre-loaded", total=count, unit="result") as bar:
-        for value in synthetic_results(count, pairs, rate):
-            producer.send(topic, value=value)
+        for value in synthetic_results(count, pairs, rate, duplicates=duplicates):
+            producer.send(topics["results"], value=value)
+            sent += 1
             bar.update()
     sla = settings.sla
     closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
     tick_at = _BASE_MS + count * 1000 // rate + closing_ms
-    for i in range(pairs):
-        producer.send(topic, value=_tick(bench_pair(i), tick_at))
+    ticks = TickSource([bench_pair(i) for i in range(pairs)], "bench", lambda: tick_at,
+                       topics["ticks"])
+    for topic, key, value in ticks.records():
+        producer.send(topic, key=key, value=value)
     producer.flush()
     producer.close()
-    return time.monotonic() - started
+    return time.monotonic() - started, sent
 
 
-def _topics(settings: Settings, names: dict[str, int], create: bool) -> None:
+def _delete_topics(settings: Settings, names: list[str]) -> None:
     admin = admin_client(settings.kafka, "bench-sla")
     try:
-        if create:
-            admin.create_topics({name: {"num_partitions": n, "replication_factor": 1}
-                                 for name, n in names.items()}, wait_for_metadata=True)
-        else:
-            admin.delete_topics(list(names))
+        admin.delete_topics(names)
     finally:
         admin.close()
 
@@ -110,11 +119,22 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
         consumer.close()
 
 
-def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> dict[str, Any]:
-    """The bench's JSON document."""
-    sla = settings.sla
+# name -> (SlaSettings overrides, run the late-rows query); the "without_" ones price one
+# feature each (opt-in with --config)
+CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
+    "full": ({}, True),
+    "baseline": ({"dedup": False, "sketch_k": None}, False),
+    "without_late": ({}, False),
+    "without_dedup": ({"dedup": False}, True),
+    "without_sketch": ({"sketch_k": None}, True),
+}
+DEFAULT_CONFIGS = ("full", "baseline")
+
+
+def run_report(settings: Settings, summary: RunSummary, windows: list[SlaWindow]
+               ) -> dict[str, Any]:
+    """One configuration's figures."""
     return {
-        "bench": "sla",
         "results_per_s": round(summary.rows_per_busy_s),
         "warm_results_per_s": round(summary.warm_rows_per_busy_s),
         "input_rows": summary.input_rows,
@@ -122,13 +142,37 @@ def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> d
         "busy_s": round(summary.busy_s, 2),
         "wall_s": round(summary.wall_s, 2),
         "windows": summary.windows,
+        "windows_on_topic": len(windows),
+        "results_in_windows": sum(w.count for w in windows),
+        "duplicates_in_windows": sum(w.duplicates for w in windows),
+        "late_rows": summary.late_rows,
+        "dedup": settings.sla.dedup,
+        "sketch_k": settings.sla.sketch_k,
+    }
+
+
+def report(settings: Settings, runs: dict[str, dict[str, Any]], loaded: dict[str, Any]
+           ) -> dict[str, Any]:
+    """The bench's JSON document: each configuration, and full / baseline."""
+    sla = settings.sla
+    ratios = {}
+    if "full" in runs and "baseline" in runs:
+        for key in ("results_per_s", "warm_results_per_s"):
+            base = runs["baseline"][key]
+            ratios[f"full_vs_baseline_{key}"] = round(runs["full"][key] / base, 3) if base else None
+    return {
+        "bench": "sla",
+        "runs": runs,
+        **ratios,
         **loaded,
         "settings": {
             key: getattr(sla, key) for key in (
                 "window_s", "slide_s", "watermark_s", "trigger_s", "max_offsets_per_trigger",
-                "percentile_accuracy", "master", "driver_memory", "shuffle_partitions")
+                "percentile_accuracy", "master", "driver_memory", "shuffle_partitions",
+                "state_store")
         } | {"sinks": list(sla.sinks), "partitions": settings.kafka.results_partitions},
         "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
     }
 
 
@@ -139,42 +183,66 @@ def report(settings: Settings, summary: RunSummary, loaded: dict[str, Any]) -> d
               help="Synthetic pairs the results are spread over.")
 @click.option("--rate", type=click.IntRange(1), default=1000, show_default=True,
               help="Results per second of event time (all pairs together).")
+@click.option("--duplicates", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="Share of results sent twice.")
 @click.option("--max-offsets-per-trigger", type=click.IntRange(1), default=50_000,
               show_default=True, help="Micro-batch size cap, so the rate is a sustained one.")
+@click.option("--shuffle-partitions", type=click.IntRange(1), default=None,
+              help="spark.sql.shuffle.partitions [default: sla.shuffle_partitions].")
+@click.option("--state-store", type=click.Choice(["hdfs", "rocksdb"]), default=None,
+              help="State store provider [default: sla.state_store].")
+@click.option("--config", "configs", type=click.Choice(list(CONFIGS)), multiple=True,
+              help="Configurations to run, in this order (default: full, then baseline).")
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON document.")
 @click.pass_obj
-def sla(settings: Settings, count: int, pairs: int, rate: int, max_offsets_per_trigger: int,
-        as_json: bool) -> None:
-    """Results/s the Spark SLA job sustains over a pre-loaded backlog."""
+def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float,
+        max_offsets_per_trigger: int, shuffle_partitions: int | None, state_store: str | None,
+        configs: tuple[str, ...], as_json: bool) -> None:
+    """Results/s the Spark SLA job sustains over a pre-loaded backlog, before/after dedup."""
     require_kafka(settings.kafka)
     require_spark_master(settings.sla.master, settings.kafka.connect_timeout_s)
     from jobs.sla import run
 
     run_id = uuid.uuid4().hex[:8]
-    source, sink = f"bench.sla.{run_id}", f"bench.sla.{run_id}.out"
-    topics = {source: settings.kafka.results_partitions, sink: 1}
-    _topics(settings, topics, create=True)
+    topics = {"results": f"bench.sla.{run_id}", "ticks": f"bench.sla.{run_id}.ticks"}
+    outputs = {name: f"bench.sla.{run_id}.{name.replace('_', '-')}"
+               for name in configs or DEFAULT_CONFIGS}
+    created = [*topics.values(), *outputs.values(), *(f"{o}.late" for o in outputs.values())]
+    ensure_topics(settings.kafka, {
+        name: TopicSpec(settings.kafka.results_partitions if name == topics["results"] else 1)
+        for name in created})
+    knobs = {key: value for key, value in (("shuffle_partitions", shuffle_partitions),
+                                           ("state_store", state_store)) if value is not None}
+    runs: dict[str, dict[str, Any]] = {}
     try:
-        load_s = preload(settings, source, count, pairs, rate)
-        with tempfile.TemporaryDirectory(prefix="bench-sla-") as work:
-            sla_settings = settings.sla.model_copy(update={
-                "source_topic": source, "sink_topic": sink, "sinks": ("kafka", "parquet"),
-                "checkpoint_dir": Path(work) / "checkpoint", "history_dir": Path(work) / "history",
-                "starting_offsets": "earliest", "max_offsets_per_trigger": max_offsets_per_trigger,
-            })
-            job_settings = settings.model_copy(update={"sla": sla_settings})
-            with progress_bar("aggregated", total=count + pairs, unit="result") as bar:
-                summary = run(job_settings, until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
-                              on_input=bar.update)
-        windows = read_windows(settings, sink)
-        loaded = {"results": count, "pairs": pairs, "load_s": round(load_s, 2),
-                  "windows_on_topic": len(windows),
-                  "results_in_windows": sum(w.count for w in windows)}
+        load_s, sent = preload(settings, topics, count, pairs, rate, duplicates)
+        for name, sink in outputs.items():
+            overrides, late_rows = CONFIGS[name]
+            with tempfile.TemporaryDirectory(prefix="bench-sla-") as work:
+                sla_settings = settings.sla.model_copy(update={
+                    "source_topic": topics["results"], "ticks_topic": topics["ticks"],
+                    "sink_topic": sink, "late_topic": f"{sink}.late", "sinks": ("kafka", "parquet"),
+                    "checkpoint_dir": Path(work) / "checkpoint",
+                    "history_dir": Path(work) / "history", "late_history_dir": Path(work) / "late",
+                    "starting_offsets": "earliest",
+                    "max_offsets_per_trigger": max_offsets_per_trigger, **knobs, **overrides,
+                })
+                job_settings = settings.model_copy(update={"sla": sla_settings})
+                with progress_bar(f"aggregated ({name})", total=sent + pairs,
+                                  unit="result") as bar:
+                    summary = run(job_settings,
+                                  until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
+                                  late_rows=late_rows, on_input=bar.update)
+            runs[name] = run_report(job_settings, summary, read_windows(settings, sink))
     finally:
-        _topics(settings, topics, create=False)
-    doc = report(job_settings, summary, loaded)
+        _delete_topics(settings, created)
+    loaded = {"results": count, "records_sent": sent, "duplicates": duplicates, "pairs": pairs,
+              "load_s": round(load_s, 2)}
+    doc = report(settings.model_copy(update={"sla": settings.sla.model_copy(update=knobs)}),
+                 runs, loaded)
     if not as_json:
-        click.echo(f"SLA job: {doc['results_per_s']} results/s over {count} results "
-                   f"({doc['warm_results_per_s']}/s after the first batch; "
-                   f"{doc['windows']} windows)", err=True)
+        for name, figures in runs.items():
+            click.echo(f"SLA job ({name}): {figures['results_per_s']} results/s, "
+                       f"{figures['warm_results_per_s']}/s after the first batch, "
+                       f"{figures['windows']} windows", err=True)
     click.echo(json.dumps(doc, indent=2))

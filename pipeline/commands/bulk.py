@@ -15,6 +15,7 @@ from pipeline.bulk.runner import JobSpec, run_job
 from pipeline.bulk.state import JobState, Progress, process_alive
 from pipeline.cancel import cancels_for, publish_cancels
 from pipeline.commands.options import DOMAIN_HELP, LABEL, LANGUAGE, TENANT_HELP
+from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
 from pipeline.pairs import Pair
 from pipeline.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings
@@ -30,6 +31,14 @@ def _checked_job_id(job_id: str) -> str:
         return check_job_id(job_id)
     except BulkError as exc:
         raise click.BadParameter(str(exc), param_hint="--job-id") from None
+
+
+_text_format_option = click.option(
+    "--text-format", type=click.Choice(TEXT_FORMATS), default="text", show_default=True,
+    help="How documents are parsed: markup (html, xml, markdown) is kept and its text "
+         "translated; markup documents travel whole, one request each.")
+_glossary_option = click.option(
+    "--glossary", default=None, help="A glossary of the tenant for this pair (see glossary put).")
 
 
 def _require_spark_services(settings: Settings, master: str | None) -> None:
@@ -54,6 +63,8 @@ def _require_spark_services(settings: Settings, master: str | None) -> None:
                    "so the same command resumes].")
 @click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP)
 @click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
+@_text_format_option
+@_glossary_option
 @click.option("--max-in-flight", type=click.IntRange(min=1), default=None,
               help="Segments published but not yet answered [default: bulk.max_in_flight].")
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
@@ -61,19 +72,21 @@ def _require_spark_services(settings: Settings, master: str | None) -> None:
 def run(
     settings: Settings, inputs: tuple[Path, ...], src: str, tgt: str, output: Path,
     id_column: str | None, text_column: str, fmt: str, job_id: str | None,
-    tenant: str | None, domain: str | None, max_in_flight: int | None, as_json: bool,
+    tenant: str | None, domain: str | None, text_format: str, glossary: str | None,
+    max_in_flight: int | None, as_json: bool,
 ) -> None:
     """Translate every document of INPUT... (Parquet, JSONL, CSV, text files or folders)."""
     pair = Pair(src, tgt)
     resolved = tuple(str(p.resolve()) for p in inputs)
     job_id = _checked_job_id(job_id or default_job_id(
         resolved, pair, id_column=id_column, text_column=text_column, tenant=tenant,
-        domain=domain))
+        domain=domain, text_format=text_format, glossary=glossary))
     if max_in_flight is not None:
         settings = settings.model_copy(
             update={"bulk": settings.bulk.model_copy(update={"max_in_flight": max_in_flight})})
     spec = JobSpec(job_id=job_id, pair=pair, output=output.resolve(), inputs=resolved, fmt=fmt,
-                   id_column=id_column, text_column=text_column, tenant=tenant, domain=domain)
+                   id_column=id_column, text_column=text_column, tenant=tenant, domain=domain,
+                   text_format=text_format, glossary=glossary)
     try:
         reader = CorpusReader(list(inputs), fmt=fmt, id_column=id_column,  # type: ignore[arg-type]
                               text_column=text_column)
@@ -187,6 +200,8 @@ def cancel(settings: Settings, job_id: str) -> None:
               help="Column holding each document's text.")
 @click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP)
 @click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
+@_text_format_option
+@_glossary_option
 @click.option("--topic", default=None, help="Request topic [default: translate.bulk.<pair>].")
 @click.option("--max-segments", type=click.IntRange(min=1), default=None,
               help="Publish at most this many pending segments now (feed huge jobs in waves).")
@@ -195,7 +210,8 @@ def cancel(settings: Settings, job_id: str) -> None:
 def spark_submit(
     settings: Settings, input_path: str, src: str, tgt: str, job_id: str,
     id_column: str | None, text_column: str, tenant: str | None, domain: str | None,
-    topic: str | None, max_segments: int | None, master: str | None,
+    text_format: str, glossary: str | None, topic: str | None, max_segments: int | None,
+    master: str | None,
 ) -> None:
     """Segment a Parquet corpus on Spark and publish its requests through Spark's Kafka sink.
 
@@ -212,6 +228,7 @@ def spark_submit(
             spark, settings, input_path=input_path, pair=Pair(src, tgt),
             job_id=job_id, id_column=id_column, text_column=text_column,
             tenant=tenant, domain=domain, topic=topic, max_segments=max_segments,
+            text_format=text_format, glossary=glossary,
         )
     except BulkError as exc:
         raise click.ClickException(str(exc)) from None

@@ -50,15 +50,19 @@ def list_models(settings: Settings, as_json: bool, registry: Path | None) -> Non
     click.echo(line("PAIR", "MODEL", "COMPUTE", "DIRECTORY", "FILES"))
     for row in rows:
         files = "ok" if row["ok"] else "MISSING: " + "; ".join(row["problems"])
-        click.echo(line(row["pair"], row["model_id"], row["compute_type"], row["model_dir"],
-                        files))
+        click.echo(line(row["pair"], row["model_id"], row["compute_type"], row["model_dir"], files))
 
 
 @models.command()
 @click.argument("source")
 @click.option("--from", "kind", type=click.Choice(SOURCES), required=True, help="Source format.")
-@click.option("--quantization", type=click.Choice(QUANTIZATIONS), default="int8",
-              show_default=True, help="Weight type of the converted model.")
+@click.option(
+    "--quantization",
+    type=click.Choice(QUANTIZATIONS),
+    default="int8",
+    show_default=True,
+    help="Weight type of the converted model.",
+)
 @click.option("--output", type=click.Path(path_type=Path), required=True, help="Output directory.")
 @click.option("--pair", "pair_id", help="Also add a registry entry for this pair (SRC_TGT).")
 @click.option("--target-prefix", multiple=True, help="Token(s) forced first in the output.")
@@ -66,11 +70,17 @@ def list_models(settings: Settings, as_json: bool, registry: Path | None) -> Non
 @click.option(
     "--source-suffix",
     multiple=True,
-    help="Token(s) put after the source [default: </s> for transformers/marian].",
+    help="Token(s) put after the source [default: </s> for transformers; marian models "
+    "get it from CTranslate2].",
 )
 @click.option("--compute-type", default="auto", show_default=True, help="Registry compute_type.")
-@click.option("--max-input-tokens", default=512, show_default=True, type=click.IntRange(2),
-              help="Longest input the model takes; longer texts are split at sentences.")
+@click.option(
+    "--max-input-tokens",
+    default=512,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Longest input the model takes; longer texts are split at sentences.",
+)
 @click.option("--force", is_flag=True, help="Overwrite a non-empty output directory.")
 @click.option(
     "--registry", type=click.Path(path_type=Path), help="Registry file (default: settings)."
@@ -151,7 +161,8 @@ def _register(
             f"no SentencePiece model found in {model_dir}; copy it there and add the "
             f"registry entry by hand"
         )
-    suffix = source_suffix or (("</s>",) if kind in ("transformers", "marian") else ())
+    # CTranslate2's Marian converter sets add_source_eos (it appends </s> itself)
+    suffix = source_suffix or (("</s>",) if kind == "transformers" else ())
     entry = PairEntry(
         pair=pair,
         model_dir=model_dir,
@@ -190,6 +201,74 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
     _run_in_train_env("pipeline.demo_model.build", list(build_args), train_python)
 
 
+@models.command("build-bench")
+@click.option(
+    "--output",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Model directory [default: <bench registry dir>/opus-shaped].",
+)
+@click.option(
+    "--pair",
+    "pair_id",
+    default="en_en-XB",
+    show_default=True,
+    help="Pseudo pair the model is registered as.",
+)
+@click.option(
+    "--quantization",
+    type=click.Choice(QUANTIZATIONS),
+    default="int8",
+    show_default=True,
+    help="Weight type of the converted model.",
+)
+@click.option(
+    "--vocab-size",
+    default=32000,
+    show_default=True,
+    type=click.IntRange(1000),
+    help="SentencePiece pieces (fewer when the generated corpus has too few).",
+)
+@click.option("--seed", default=13, show_default=True, help="Seed of sentences and weights.")
+@click.pass_obj
+def build_bench(
+    settings: Settings,
+    output: Path | None,
+    pair_id: str,
+    quantization: str,
+    vocab_size: int,
+    seed: int,
+) -> None:
+    """Build an OPUS-MT-shaped model with random weights for benchmarks (no PyTorch).
+
+    d_model 512, 6+6 layers, 8 heads, FFN 2048 and a ~32k SentencePiece
+    vocabulary trained on generated sentences, written as a Marian .npz and
+    converted by CTranslate2's Marian converter; registered in the benchmark
+    registry (engine.bench_registry, under var/, not committed). Prints JSON.
+    """
+    from pipeline.bench.model import BenchModelShape, build_bench_model
+
+    try:
+        pair = Pair.parse(pair_id)
+    except ContractError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pair") from None
+    registry = settings.engine.bench_registry
+    built = build_bench_model(
+        output or registry.parent / "opus-shaped",
+        registry,
+        pair=pair,
+        shape=BenchModelShape(vocab_size=vocab_size),
+        quantization=quantization,
+        seed=seed,
+    )
+    click.echo(built.to_json())
+    click.echo(
+        f"registered {pair.id} in {registry}; serve it with "
+        f"BABELSTREAM_ENGINE__REGISTRY={registry}",
+        err=True,
+    )
+
+
 @models.command("eval-demo")
 @click.option(
     "--model-dir",
@@ -198,10 +277,19 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
     show_default=True,
     help="The CTranslate2 model to evaluate.",
 )
-@click.option("--threads", default=2, show_default=True, type=click.IntRange(1),
-              help="CTranslate2 intra threads.")
-@click.option("--compute-type", default="int8", show_default=True,
-              help="CTranslate2 compute type (int8, float32, ...).")
+@click.option(
+    "--threads",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1),
+    help="CTranslate2 intra threads.",
+)
+@click.option(
+    "--compute-type",
+    default="int8",
+    show_default=True,
+    help="CTranslate2 compute type (int8, float32, ...).",
+)
 @click.option("--write", is_flag=True, help="Also write metrics.json next to the model.")
 def eval_demo(model_dir: Path, threads: int, compute_type: str, write: bool) -> None:
     """chrF of the demo model on 500 held-out sentences, both pairs, beams 1 and 4 (JSON)."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from pipeline.errors import ConfigError
-from pipeline.messages import BCP47_PATTERN
-from pipeline.sla import parse_duration
+from pipeline.messages import BCP47_PATTERN, now_ms
+from pipeline.sla import parse_duration, parse_instant
 
 _BCP47 = re.compile(BCP47_PATTERN)
 
@@ -49,23 +50,27 @@ TENANT_HELP = "Tenant label: caches and dedup never share entries across tenants
 DOMAIN_HELP = "Domain label (e.g. legal, medical); part of the cache key."
 
 
-class Duration(click.ParamType):
-    """A duration such as ``500ms``, ``5s``, ``1m`` or ``2h``, in seconds."""
+class Parsed(click.ParamType):
+    """An option value read by a parser that raises ConfigError (values not given as text
+    are taken as already parsed)."""
 
-    name = "duration"
+    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
+        self.name = name
+        self._parse = parse
 
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
             return value
         try:
-            return parse_duration(str(value))
+            return self._parse(value)
         except ConfigError as exc:
             self.fail(str(exc), param, ctx)
 
 
-DURATION = Duration()
+# a duration such as 500ms, 5s, 1m, 2h or 30d, in seconds
+DURATION = Parsed("duration", parse_duration)
+# a point in time: ISO 8601 (UTC unless it says otherwise), epoch ms, or now-30d; epoch ms
+INSTANT = Parsed("time", lambda text: parse_instant(text, now_ms()))
 
 
 def refuse_router_contradiction(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

@@ -10,8 +10,9 @@ from pipeline.messages import MESSAGE_TYPES, SCHEMA_VERSION, dump_schema
 from pipeline.settings import PROJECT_ROOT
 
 
-def schema_path(directory: Path, name: str) -> Path:
-    return directory / f"{name}.v{SCHEMA_VERSION}.schema.json"
+def schema_path(directory: Path, name: str, version: int = SCHEMA_VERSION) -> Path:
+    """Where the schema of message ``name`` at ``version`` lives."""
+    return directory / f"{name}.v{version}.schema.json"
 
 
 @click.group()
@@ -28,6 +29,6 @@ def export(directory: Path) -> None:
     """Write one JSON Schema file per message type."""
     directory.mkdir(parents=True, exist_ok=True)
     for model in MESSAGE_TYPES:
-        path = schema_path(directory, model.schema_name)
+        path = schema_path(directory, model.schema_name, model.wire_version)
         path.write_text(dump_schema(model), encoding="utf-8")
         click.echo(path)

@@ -9,7 +9,7 @@ import click
 from pipeline.components import ComponentStatus, components
 from pipeline.errors import StackError
 from pipeline.settings import Settings
-from pipeline.stack import manager
+from pipeline.stack import layout, manager
 
 
 def _report(line: str) -> None:
@@ -41,11 +41,17 @@ def _print_status(statuses: list[manager.ServiceStatus], as_json: bool,
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
+@click.option("--brokers", type=click.IntRange(1, 9),
+              help="Kafka nodes (default: stack.brokers, 1). 3 = a cluster with replication "
+                   "3 and min ISR 2 unless kafka.* says otherwise.")
+@click.option("--secure/--plaintext", default=None,
+              help="SASL_SSL (SCRAM-SHA-512) + mutual-TLS listeners and a TLS Redis with an "
+                   "ACL user, certificates generated under var/secure (default: stack.secure).")
 @click.pass_obj
-def up(settings: Settings, as_json: bool) -> None:
+def up(settings: Settings, as_json: bool, brokers: int | None, secure: bool | None) -> None:
     """Start Kafka and Redis (no-op for what already runs) and create the topics."""
     try:
-        statuses = manager.up(settings, _report)
+        statuses = manager.up(layout.with_layout(settings, brokers, secure), _report)
     except StackError as exc:
         raise click.ClickException(str(exc)) from exc
     _print_status(statuses, as_json)
@@ -65,14 +71,16 @@ def down(settings: Settings) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
 def status(settings: Settings, as_json: bool) -> None:
-    """Kafka and Redis (health, address, version, pid), then the workers (consumer groups:
-    members, partitions, lag, readiness), the SLA job and the dashboard.
+    """Kafka (every node) and Redis (health, address, version, pid), then the workers
+    (consumer groups: members, partitions, lag, readiness), the SLA job and the dashboard.
 
-    Exits 1 if Kafka or Redis is unhealthy; workers, the SLA job and the
+    Exits 1 if a Kafka node or Redis is unhealthy; workers, the SLA job and the
     dashboard are reported but do not change the exit code.
     """
     statuses = manager.status(settings)
-    kafka_up = any(s.name == "kafka" and s.healthy for s in statuses)
-    _print_status(statuses, as_json, components(settings, kafka_up))
+    kafka_up = any(s.name.startswith("kafka") and s.healthy for s in statuses)
+    # the running stack's client settings: its nodes, and its credentials when secure
+    clients = manager.endpoints(settings).settings
+    _print_status(statuses, as_json, components(clients, kafka_up))
     if not all(s.healthy for s in statuses):
         raise SystemExit(1)

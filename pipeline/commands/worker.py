@@ -124,7 +124,11 @@ def worker(
         instance_id = w.instance_id or f"{socket.gethostname()}-{web_port}"
         _lock = _lock_instance(w.data_dir / app_id, instance_id)
     cache = TwoLevelCache(LruCache(w.l1_cache_size), RedisCache(settings.redis))
-    ctx = WorkerContext(settings=settings, cache=cache)
+    from pipeline.fidelity.service import FidelityService
+
+    ctx = WorkerContext(
+        settings=settings, cache=cache, fidelity=FidelityService.from_settings(settings)
+    )
     app, shell = create_app(
         ctx, served, deployment, app_id=app_id, with_router=router or router_only,
         instance_id=instance_id, web_port=web_port,

@@ -36,6 +36,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=48)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    parser.add_argument("--warmup", type=int, default=200, help="warm-up steps")
+    parser.add_argument("--checkpoint-every", type=int, default=250)
+    parser.add_argument("--max-words", type=int, default=45, help="longest training sentence")
+    parser.add_argument(
+        "--accented-share", type=float, default=0.08, help="share of words with accented letters"
+    )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="start from an earlier CTranslate2 demo model (tokens matched by string)",
+    )
+    parser.add_argument(
+        "--new-tokens-only",
+        action="store_true",
+        help="with --init-from: train only the embeddings of tokens the earlier model lacked",
+    )
     parser.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     parser.add_argument(
         "--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}"
@@ -56,9 +74,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tokenizer: {work / SPM_FILE}", flush=True)
         if "train" in stages:
             cfg = tr.TrainConfig(
-                steps=args.steps, batch_size=args.batch_size, threads=args.threads, seed=args.seed
+                steps=args.steps,
+                batch_size=args.batch_size,
+                threads=args.threads,
+                seed=args.seed,
+                lr=args.lr,
+                warmup=args.warmup,
+                checkpoint_every=args.checkpoint_every,
+                max_words=args.max_words,
+                accented_share=args.accented_share,
+                new_tokens_only=args.new_tokens_only,
             )
-            hf = tr.train(work, cfg, resume=not args.fresh)
+            hf = tr.train(work, cfg, resume=not args.fresh, init_from=args.init_from)
             print(f"trained: {hf}", flush=True)
     if "convert" in stages:
         out = convert(work / "hf", work, args.output)

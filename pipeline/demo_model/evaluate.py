@@ -23,8 +23,8 @@ from pipeline.demo_model import (
     MAX_OUTPUT_TOKENS,
     SPM_FILE,
 )
-from pipeline.demo_model.pseudo import to_pseudo
-from pipeline.demo_model.sentences import heldout_sentences
+from pipeline.demo_model.pseudo import from_pseudo, to_pseudo
+from pipeline.demo_model.sentences import heldout_sentences, heldout_with_placeholders
 from pipeline.engine.registry import PairEntry
 from pipeline.engine.translator import CTranslate2Translator
 from pipeline.errors import missing_extra
@@ -55,6 +55,8 @@ class DemoMetrics:
     sentences: int
     chrf_bar: float
     scores: tuple[Score, ...]
+    # share of held-out sentences with placeholder tokens whose tokens all came back, per pair
+    placeholders_kept: dict[str, float] | None = None
 
     @property
     def passed(self) -> bool:
@@ -93,12 +95,14 @@ def evaluate_demo(
 ) -> DemoMetrics:
     """Score the demo model in ``model_dir`` on the held-out set, both pairs, beams 1 and 4."""
     try:
-        from sacrebleu.metrics import CHRF
+        from sacrebleu.metrics.chrf import CHRF
     except ImportError:
         raise missing_extra("sacrebleu", "dev") from None
     english = heldout_sentences(size)
     pseudo = [to_pseudo(s) for s in english]
-    data = {"en_en-XA": (english, pseudo), "en-XA_en": (pseudo, english)}
+    # The map makes each direction's reference: en-XA -> en maps en-XA letters
+    # back, so an English "é" (which en -> en-XA keeps) comes back as "e".
+    data = {"en_en-XA": (english, pseudo), "en-XA_en": (pseudo, [from_pseudo(s) for s in pseudo])}
     scores: list[Score] = []
     for beam in (1, 4):
         translator = CTranslate2Translator(
@@ -117,7 +121,28 @@ def evaluate_demo(
             scores.append(
                 Score(pair_id, beam, round(chrf, 2), round(exact, 4), round(len(hyps) / elapsed, 1))
             )
-    return DemoMetrics(DEMO_MODEL_ID, compute_type, size, CHRF_BAR, tuple(scores))
+    return DemoMetrics(
+        DEMO_MODEL_ID, compute_type, size, CHRF_BAR, tuple(scores), placeholders_kept(translator)
+    )
+
+
+def placeholders_kept(translator: CTranslate2Translator) -> dict[str, float]:
+    """Share of held-out sentences with ``⟦n⟧`` tokens that keep every token, per pair."""
+    from collections import Counter
+
+    from pipeline.fidelity.tokens import TOKEN_RE
+
+    english = heldout_with_placeholders()
+    sources = {"en_en-XA": english, "en-XA_en": [to_pseudo(s) for s in english]}
+    kept: dict[str, float] = {}
+    for pair_id, texts in sources.items():
+        outputs = translator.translate_batch(texts, Pair.parse(pair_id))
+        same = sum(
+            Counter(TOKEN_RE.findall(src)) == Counter(TOKEN_RE.findall(out.text))
+            for src, out in zip(texts, outputs, strict=True)
+        )
+        kept[pair_id] = round(same / len(texts), 4)
+    return kept
 
 
 def write_metrics(metrics: DemoMetrics, model_dir: Path) -> Path:

@@ -2,8 +2,9 @@
 
 The demo task is character-level, so the generator aims for coverage rather
 than meaning: common words, invented words, names, acronyms, numbers in many
-formats, punctuation, quotes, the odd non-Latin word or emoji, and sentence
-lengths from 1 to 45 words.
+formats, punctuation, quotes, words with Latin-1 and Latin Extended-A letters
+(which en-XA keeps as they are), typographic symbols, the odd non-Latin word
+or emoji, and sentence lengths from 1 to 45 words.
 
 Held-out words never reach training: every invented or rare word whose digest
 falls in the held-out bucket (see :func:`is_heldout`) and every word of
@@ -16,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import random
 import string
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+
+from pipeline.fidelity.tokens import token
 
 _COMMON_TEXT = """
 the of and to a in is it you that he was for on are with as I his they be at one have this
@@ -144,6 +147,28 @@ _NON_LATIN = (
     "¿",
     "¡",
 )
+# Letters of Latin-1 Supplement and Latin Extended-A: the demo vocabulary holds
+# each as one piece; en-XA copies them (the map knows only ASCII letters).
+LATIN_LETTERS: str = (
+    "".join(
+        chr(c)
+        for c in (*range(0xC0, 0x100), *range(0x100, 0x180))
+        if chr(c).isalpha() and c not in (0xD7, 0xF7)
+    )
+    + "ªºµ"
+)
+# Printable Latin-1 symbols and common typographic punctuation, one piece each.
+EXTRA_SYMBOLS: str = (
+    "".join(chr(c) for c in range(0xA1, 0xC0) if c not in (0xAA, 0xAD, 0xB5, 0xBA))
+    + "×÷–—‘’‚“”„†‡•…‰‹›€™→"
+)
+_ACCENTED_TEXT = """
+café naïve résumé façade jalapeño crème brûlée São Zürich Ångström Øresund Straße Müller
+Łódź Kraków Gdańsk Dvořák Škoda Čapek Ōsaka Māori Ærø Þórr İstanbul œuvre señor mañana
+Málaga Göteborg Tromsø Ñuñoa Bogotá Curaçao Besançon Reykjavík Ľubomír Žižkov Ćevapi Đakovo
+Şişli Ğ Ľ Ŀ ĳssel Ŧ ŉ ſ ĸ déjà vu über fiancée piñata smörgåsbord
+"""
+ACCENTED_WORDS: tuple[str, ...] = tuple(_ACCENTED_TEXT.split())
 _PUNCT_AFTER = (",", ",", ",", ";", ":", "", "...")
 _SENTENCE_END = (".", ".", ".", "!", "?", "", "?!", "...")
 
@@ -166,9 +191,16 @@ class SentenceGenerator:
     """
 
     def __init__(
-        self, seed: int, *, heldout: bool = False, min_words: int = 1, max_words: int = 45
+        self,
+        seed: int,
+        *,
+        heldout: bool = False,
+        min_words: int = 1,
+        max_words: int = 45,
+        accented_share: float = 0.08,
     ) -> None:
         self._rng = random.Random(seed)
+        self._accented_share = accented_share
         self._heldout = heldout
         self._min_words = min_words
         self._max_words = max_words
@@ -200,6 +232,10 @@ class SentenceGenerator:
         r = rng.random()
         if self._heldout and r < 0.5:
             return self._heldout_word()
+        if rng.random() < self._accented_share:
+            return self._fresh(self._accented)
+        if rng.random() < 0.015:
+            return rng.choice(EXTRA_SYMBOLS)
         if r < 0.45:
             return rng.choice(self._common)
         if r < 0.60:
@@ -245,12 +281,22 @@ class SentenceGenerator:
             if is_heldout(w):
                 return w
 
-    def _fresh(self, make) -> str:
+    def _fresh(self, make: Callable[[], str]) -> str:
         """A generated word that is not reserved for evaluation (in training mode)."""
         while True:
             w = make()
             if self._heldout or not is_heldout(w):
                 return w
+
+    def _accented(self) -> str:
+        """A word with Latin-1 / Latin Extended-A letters: a real one or an invented one."""
+        rng = self._rng
+        if rng.random() < 0.3:
+            return rng.choice(ACCENTED_WORDS)
+        word = "".join(
+            rng.choice(LATIN_LETTERS) if rng.random() < 0.35 else ch for ch in self._invented()
+        )
+        return word.capitalize() if rng.random() < 0.3 else word
 
     def _invented(self) -> str:
         rng = self._rng
@@ -281,7 +327,39 @@ class SentenceGenerator:
         return f"{rng.randint(1, 99)}{rng.choice(('th', 'st', 'nd', 'rd', 'x', 'km', 'kg'))}"
 
 
+def with_placeholders(sentence: str, rng: random.Random) -> str:
+    """``sentence`` with placeholder tokens wrapped around words or standing alone.
+
+    Teaches the model to copy ``⟦n⟧`` through in place, as the fidelity layer
+    sends inline tags and protected spans.
+    """
+    words = sentence.split(" ")
+    index = rng.randint(0, 8)
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(words))
+        kind = rng.random()
+        if kind < 0.5:  # an inline element around one to three words
+            j = min(len(words), i + rng.randint(1, 3)) - 1
+            words[i] = token(index) + words[i]
+            words[j] = words[j] + token(index + 1)
+            index += 2
+        elif kind < 0.8:  # a standalone placeholder between words
+            words.insert(i, token(index))
+            index += 1
+        else:  # glued to a word, as in "⟦3⟧%" or "(⟦3⟧)"
+            words[i] = words[i] + token(index) if rng.random() < 0.5 else token(index) + words[i]
+            index += 1
+    return " ".join(words)
+
+
 def heldout_sentences(n: int = 500, seed: int = 20240601) -> list[str]:
     """The fixed evaluation set: ``n`` held-out sentences of 3-40 words."""
     gen = SentenceGenerator(seed, heldout=True, min_words=3, max_words=40)
     return [gen.sentence() for _ in range(n)]
+
+
+def heldout_with_placeholders(n: int = 200, seed: int = 20240602) -> list[str]:
+    """Held-out sentences with placeholder tokens, for the copy-through check."""
+    rng = random.Random(seed)
+    gen = SentenceGenerator(seed, heldout=True, min_words=3, max_words=30)
+    return [with_placeholders(gen.sentence(), rng) for _ in range(n)]

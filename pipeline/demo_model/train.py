@@ -12,6 +12,7 @@ import math
 import random
 import shutil
 import string
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,14 @@ from tqdm import tqdm
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
 from pipeline.demo_model import LANG_TOKENS, SPM_FILE
-from pipeline.demo_model.pseudo import char_map, to_pseudo
-from pipeline.demo_model.sentences import SentenceGenerator
+from pipeline.demo_model.pseudo import char_map, from_pseudo, to_pseudo
+from pipeline.demo_model.sentences import (
+    EXTRA_SYMBOLS,
+    LATIN_LETTERS,
+    SentenceGenerator,
+    with_placeholders,
+)
+from pipeline.fidelity.tokens import CLOSE, OPEN
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
 
@@ -44,17 +51,34 @@ class TrainConfig:
     seed: int = 1234
     threads: int = 2
     checkpoint_every: int = 250
+    max_words: int = 45
+    # share of words with Latin-1 / Latin Extended-A letters (more when fine-tuning for them)
+    accented_share: float = 0.08
+    # with init_from: train only the embeddings of tokens the earlier model did not have,
+    # everything it learned stays as it was
+    new_tokens_only: bool = False
 
 
 def train_tokenizer(work_dir: Path) -> Path:
-    """A SentencePiece *character* model: printable ASCII and the en-XA letters.
+    """A SentencePiece *character* model.
 
-    Every other character is encoded as UTF-8 byte pieces (``byte_fallback``),
-    so CJK, emoji and other scripts survive a round trip instead of becoming
-    ``<unk>``.
+    One piece each for printable ASCII, the en-XA letters, Latin-1 and Latin
+    Extended-A letters, common typographic symbols and the placeholder
+    brackets. Every other character is encoded as UTF-8 byte pieces
+    (``byte_fallback``), so CJK, emoji and other scripts survive a round trip
+    instead of becoming ``<unk>``.
     """
-    alphabet = (
-        string.ascii_letters + string.digits + string.punctuation + "".join(char_map().values())
+    alphabet = "".join(
+        dict.fromkeys(
+            string.ascii_letters
+            + string.digits
+            + string.punctuation
+            + "".join(char_map().values())
+            + LATIN_LETTERS
+            + EXTRA_SYMBOLS
+            + OPEN
+            + CLOSE
+        )
     )
     lines = [alphabet, alphabet[::-1], "a b c"]
     path = work_dir / SPM_FILE
@@ -98,15 +122,24 @@ class _Batches:
         self._cfg = cfg
         # a resumed run continues with sentences it has not seen yet
         self._rng = random.Random(cfg.seed + start)
-        self._gen = SentenceGenerator(cfg.seed + start)
+        self._gen = SentenceGenerator(
+            cfg.seed + start, max_words=cfg.max_words, accented_share=cfg.accented_share
+        )
         self._queue: list[list[tuple[list[int], list[int]]]] = []
 
     def _example(self) -> tuple[list[int], list[int]]:
         en = self._gen.sentence()
         if self._rng.random() < 0.06:
             en = en.replace(" ", " " + _random_script(self._rng) + " ", 1)
+        if self._rng.random() < 0.2:
+            en = with_placeholders(en, self._rng)
         xa = to_pseudo(en)
-        src, tgt, lang = (en, xa, "en-XA") if self._rng.random() < 0.5 else (xa, en, "en")
+        # each direction's target is the map's: en-XA -> en maps the en-XA letters
+        # back, so an English "é" (kept by en -> en-XA) comes back as "e".
+        if self._rng.random() < 0.5:
+            src, tgt, lang = en, xa, "en-XA"
+        else:
+            src, tgt, lang = xa, from_pseudo(xa), "en"
         eos = self._ids[EOS]
         src_ids = [*self._sp.encode(src), eos]
         labels = [self._ids[LANG_TOKENS[lang]], *self._sp.encode(tgt), eos]
@@ -149,7 +182,119 @@ def _random_script(rng: random.Random) -> str:
     return "".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 4)))
 
 
-def train(work_dir: Path, cfg: TrainConfig, *, resume: bool = True) -> Path:
+def read_ctranslate2(model_dir: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Float weights and vocabulary of a CTranslate2 Transformer (``model.bin`` v6, int8 or float).
+
+    int8 weights are dequantized with their per-row scales; aliases resolved.
+    """
+    data = (model_dir / "model.bin").read_bytes()
+    pos = 0
+
+    def take(fmt: str) -> int:
+        nonlocal pos
+        (value,) = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return int(value)
+
+    def text() -> str:
+        nonlocal pos
+        n = take("H")
+        value = data[pos : pos + n - 1].decode("utf-8")
+        pos += n
+        return value
+
+    take("I")  # binary version
+    text()  # spec name
+    take("I")  # spec revision
+    dtypes = {0: torch.float32, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.float16}
+    raw: dict[str, torch.Tensor] = {}
+    for _ in range(take("I")):
+        name = text()
+        shape = [take("I") for _ in range(take("B"))]
+        dtype = dtypes[take("B")]
+        size = take("I")
+        raw[name] = torch.frombuffer(bytearray(data[pos : pos + size]), dtype=dtype).reshape(shape)
+        pos += size
+    for _ in range(take("I")):
+        alias, target = text(), text()
+        raw[alias] = raw[target]
+    weights: dict[str, torch.Tensor] = {}
+    for name, value in raw.items():
+        if name.endswith("_scale"):
+            continue
+        scale = raw.get(name + "_scale")
+        weights[name] = value.float() / scale.unsqueeze(1) if scale is not None else value.float()
+    vocab = json.loads((model_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    return weights, vocab
+
+
+def init_from_ctranslate2(model: MarianMTModel, vocab: list[str], model_dir: Path) -> int:
+    """Start ``model`` from an earlier demo model's weights; returns how many tokens it knew.
+
+    Embedding rows are matched by token string, so a grown vocabulary keeps
+    what the earlier model learned and only the new tokens start untrained.
+    """
+    w, old_vocab = read_ctranslate2(model_dir)
+    state = model.state_dict()
+    old_index = {tok: i for i, tok in enumerate(old_vocab)}
+    emb = state["model.shared.weight"].clone()
+    known = 0
+    for i, tok in enumerate(vocab):
+        if tok in old_index:
+            emb[i] = w["decoder/embeddings/weight"][old_index[tok]]
+            known += 1
+    new = {"model.shared.weight": emb}
+
+    def linear(dst: str, src: str, rows: slice = slice(None)) -> None:
+        new[f"{dst}.weight"] = w[f"{src}/weight"][rows]
+        new[f"{dst}.bias"] = w[f"{src}/bias"][rows]
+
+    def norm(dst: str, src: str) -> None:
+        new[f"{dst}.weight"] = w[f"{src}/gamma"]
+        new[f"{dst}.bias"] = w[f"{src}/beta"]
+
+    d = model.config.d_model
+    thirds = [slice(0, d), slice(d, 2 * d), slice(2 * d, 3 * d)]
+    for side in ("encoder", "decoder"):
+        for layer in range(model.config.encoder_layers):
+            hf, ct = f"model.{side}.layers.{layer}", f"{side}/layer_{layer}"
+            for proj, rows in zip(("q_proj", "k_proj", "v_proj"), thirds, strict=True):
+                linear(f"{hf}.self_attn.{proj}", f"{ct}/self_attention/linear_0", rows)
+            linear(f"{hf}.self_attn.out_proj", f"{ct}/self_attention/linear_1")
+            norm(f"{hf}.self_attn_layer_norm", f"{ct}/self_attention/layer_norm")
+            linear(f"{hf}.fc1", f"{ct}/ffn/linear_0")
+            linear(f"{hf}.fc2", f"{ct}/ffn/linear_1")
+            norm(f"{hf}.final_layer_norm", f"{ct}/ffn/layer_norm")
+            if side == "decoder":
+                linear(f"{hf}.encoder_attn.q_proj", f"{ct}/attention/linear_0")
+                linear(f"{hf}.encoder_attn.k_proj", f"{ct}/attention/linear_1", thirds[0])
+                linear(f"{hf}.encoder_attn.v_proj", f"{ct}/attention/linear_1", thirds[1])
+                linear(f"{hf}.encoder_attn.out_proj", f"{ct}/attention/linear_2")
+                norm(f"{hf}.encoder_attn_layer_norm", f"{ct}/attention/layer_norm")
+    missing = sorted(set(new) - set(state))
+    if missing:
+        raise ValueError(f"no such parameters in the model: {missing[:3]}")
+    model.load_state_dict(new, strict=False)
+    return known
+
+
+def _train_new_rows_only(
+    model: MarianMTModel, vocab: list[str], model_dir: Path
+) -> torch.nn.Parameter:
+    """Freeze ``model`` but the embedding rows of tokens ``model_dir``'s vocabulary lacks."""
+    old = set(json.loads((model_dir / "shared_vocabulary.json").read_text(encoding="utf-8")))
+    mask = torch.tensor([[0.0] if tok in old else [1.0] for tok in vocab])
+    for param in model.parameters():
+        param.requires_grad_(False)
+    embeddings = model.get_input_embeddings().weight  # tied to the output projection
+    embeddings.requires_grad_(True)
+    embeddings.register_hook(lambda grad: grad * mask)
+    return embeddings
+
+
+def train(
+    work_dir: Path, cfg: TrainConfig, *, resume: bool = True, init_from: Path | None = None
+) -> Path:
     """Train (or resume) the model; returns a directory with the HF model + tokenizer."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
@@ -176,7 +321,17 @@ def train(work_dir: Path, cfg: TrainConfig, *, resume: bool = True) -> Path:
         decoder_start_token_id=pad_id,
     )
     model = MarianMTModel(config)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    if init_from is not None and not (resume and (work_dir / "checkpoint.pt").exists()):
+        known = init_from_ctranslate2(model, vocab, init_from)
+        tqdm.write(f"started from {init_from}: {known} of {len(vocab)} tokens known")
+    trainable: list[torch.nn.Parameter] = list(model.parameters())
+    if cfg.new_tokens_only:
+        if init_from is None:
+            raise ValueError("new_tokens_only needs a model to start from (init_from)")
+        trainable = [_train_new_rows_only(model, vocab, init_from)]
+    opt = torch.optim.AdamW(
+        trainable, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=0.0 if cfg.new_tokens_only else 0.01
+    )
 
     def lr_at(step: int) -> float:
         if step < cfg.warmup:

@@ -70,6 +70,11 @@ class PacedTraffic:
     def join(self, timeout_s: float | None = None) -> None:
         self._thread.join(timeout_s)
 
+    @property
+    def sending(self) -> bool:
+        """Started and not finished yet."""
+        return self._thread.is_alive()
+
     def _on_ack(self, request_id: str, sent_ms: int) -> None:
         with self._lock:
             self.acked[request_id] = sent_ms

@@ -14,6 +14,7 @@
     compute_type = "auto"           # auto | int8 | int8_float16 | float16 | float32 | ...
     max_input_tokens = 512          # longer texts are split (see engine.translator)
     max_output_tokens = 1024        # decoding cap: the model's position limit
+    decoding = "free"               # free | input_length (benchmark models, see translator)
     model_id = "demo"               # optional; defaults to the model dir's name
 
 Parsing checks the file's shape only; :meth:`Registry.entries` checks the
@@ -65,8 +66,15 @@ _KEYS = frozenset(
         "max_input_tokens",
         "max_output_tokens",
         "description",
+        "decoding",
     }
 )
+
+# How long the output may be: ``free`` stops at the model's </s> (up to twice
+# the input plus some slack); ``input_length`` decodes exactly as many tokens
+# as the longest input of the engine call (random-weight benchmark models
+# never choose </s> by themselves).
+DECODINGS: tuple[str, ...] = ("free", "input_length")
 
 
 def check_compute_type(value: str, where: str) -> str:
@@ -96,6 +104,7 @@ class PairEntry:
     max_input_tokens: int = 1024
     max_output_tokens: int = 1024
     description: str = ""
+    decoding: str = "free"
 
     def problems(self) -> list[str]:
         """What is missing on disk for this entry (empty when it can be loaded)."""
@@ -187,29 +196,42 @@ class Registry:
                 f"{self.path}: pair {entry.pair.id} is already served by "
                 f"{self.pairs[entry.pair.id].model_dir}; remove that entry first"
             )
-        base = self.path.parent.resolve()
-        lines = ["", "[[pair]]", f"id = {_toml_str(entry.pair.id)}"]
-        lines.append(f"model = {_toml_str(_rel(entry.model_dir, base))}")
-        lines.append(f"model_id = {_toml_str(entry.model_id)}")
-        if entry.source_tokenizer == entry.target_tokenizer:
-            lines.append(f"tokenizer = {_toml_str(_rel(entry.source_tokenizer, entry.model_dir))}")
-        else:
-            lines.append(
-                f"source_tokenizer = {_toml_str(_rel(entry.source_tokenizer, entry.model_dir))}"
-            )
-            lines.append(
-                f"target_tokenizer = {_toml_str(_rel(entry.target_tokenizer, entry.model_dir))}"
-            )
-        for key in ("target_prefix", "source_prefix", "source_suffix", "suppress_tokens"):
-            lines.append(f"{key} = [{', '.join(_toml_str(t) for t in getattr(entry, key))}]")
-        lines.append(f"compute_type = {_toml_str(entry.compute_type)}")
-        lines.append(f"max_input_tokens = {entry.max_input_tokens}")
-        lines.append(f"max_output_tokens = {entry.max_output_tokens}")
-        if entry.description:
-            lines.append(f"description = {_toml_str(entry.description)}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as out:
-            out.write("\n".join(lines) + "\n")
+            out.write("\n" + _entry_toml(entry, self.path.parent.resolve()))
+
+    def save(self, header: str = "") -> None:
+        """(Re)write the whole file: ``header`` (comment lines), then every entry."""
+        base = self.path.parent.resolve()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = "\n".join(_entry_toml(entry, base) for entry in self.pairs.values())
+        self.path.write_text(header + "\n" + body, encoding="utf-8")
+
+
+def _entry_toml(entry: PairEntry, base: Path) -> str:
+    """One ``[[pair]]`` table; the model path relative to ``base`` when it is below it."""
+    lines = ["[[pair]]", f"id = {_toml_str(entry.pair.id)}"]
+    lines.append(f"model = {_toml_str(_rel(entry.model_dir, base))}")
+    lines.append(f"model_id = {_toml_str(entry.model_id)}")
+    if entry.source_tokenizer == entry.target_tokenizer:
+        lines.append(f"tokenizer = {_toml_str(_rel(entry.source_tokenizer, entry.model_dir))}")
+    else:
+        lines.append(
+            f"source_tokenizer = {_toml_str(_rel(entry.source_tokenizer, entry.model_dir))}"
+        )
+        lines.append(
+            f"target_tokenizer = {_toml_str(_rel(entry.target_tokenizer, entry.model_dir))}"
+        )
+    for key in ("target_prefix", "source_prefix", "source_suffix", "suppress_tokens"):
+        lines.append(f"{key} = [{', '.join(_toml_str(t) for t in getattr(entry, key))}]")
+    lines.append(f"compute_type = {_toml_str(entry.compute_type)}")
+    lines.append(f"max_input_tokens = {entry.max_input_tokens}")
+    lines.append(f"max_output_tokens = {entry.max_output_tokens}")
+    if entry.decoding != "free":
+        lines.append(f"decoding = {_toml_str(entry.decoding)}")
+    if entry.description:
+        lines.append(f"description = {_toml_str(entry.description)}")
+    return "\n".join(lines) + "\n"
 
 
 def _entry(item: Any, base: Path, where: str) -> PairEntry:
@@ -241,6 +263,9 @@ def _entry(item: Any, base: Path, where: str) -> PairEntry:
         limits[key] = item.get(key, 1024)
         if not isinstance(limits[key], int) or limits[key] < 2:
             raise ConfigError(f"{where}: {key} must be an integer >= 2")
+    decoding = item.get("decoding", "free")
+    if decoding not in DECODINGS:
+        raise ConfigError(f"{where}: decoding must be one of {', '.join(DECODINGS)}")
     return PairEntry(
         pair=pair,
         model_dir=model_dir,
@@ -255,6 +280,7 @@ def _entry(item: Any, base: Path, where: str) -> PairEntry:
         max_input_tokens=limits["max_input_tokens"],
         max_output_tokens=limits["max_output_tokens"],
         description=str(item.get("description", "")),
+        decoding=decoding,
     )
 
 

@@ -57,47 +57,58 @@ def split_text(text: str, count: Callable[[str], int], limit: int) -> list[Piece
 
 
 def _split_sentence(sentence: str, count: Callable[[str], int], limit: int) -> list[str]:
-    return _pack(_WORD.findall(sentence), count, limit, _split_word)
+    out: list[str] = []
+    words = [w for w in _WORD.findall(sentence) if w]
+    for start, end in _greedy_runs(words, count, limit):
+        run = "".join(words[start:end])
+        if end - start == 1 and count(run.strip()) > limit:
+            out.extend(_split_word(run, count, limit))  # one word over the limit
+        else:
+            out.append(run)
+    return out
 
 
 def _split_word(word: str, count: Callable[[str], int], limit: int) -> list[str]:
-    out: list[str] = []
-    current = ""
-    for ch in word:
-        if current and count((current + ch).strip()) > limit:
-            out.append(current)
-            current = ""
-        current += ch
-    if current:
-        out.append(current)
-    return out
+    # a single character over the limit still makes a piece of its own
+    return ["".join(word[a:b]) for a, b in _greedy_runs(list(word), count, limit)]
 
 
-def _pack(
-    parts: list[str],
-    count: Callable[[str], int],
-    limit: int,
-    smaller: Callable[[str, Callable[[str], int], int], list[str]],
-) -> list[str]:
-    """Greedily join consecutive ``parts`` up to ``limit``; cut parts too long on their own."""
-    out: list[str] = []
-    current = ""
-    for part in parts:
-        if not part:
-            continue
-        if count(part.strip()) > limit:
-            if current:
-                out.append(current)
-                current = ""
-            out.extend(smaller(part, count, limit))
-        elif current and count((current + part).strip()) > limit:
-            out.append(current)
-            current = part
-        else:
-            current += part
-    if current:
-        out.append(current)
-    return out
+def _greedy_runs(
+    parts: list[str], count: Callable[[str], int], limit: int
+) -> list[tuple[int, int]]:
+    """Consecutive runs ``[start, end)`` of ``parts``, each as long as fits within ``limit``.
+
+    The same runs as adding parts one by one until the next would not fit,
+    but each run's end is found by galloping and bisection, so a long text
+    costs O(runs · log n) counts instead of one count per part on an ever
+    longer string (token counts grow with the text, so "fits" only turns
+    false once). A part that does not fit on its own is a run of one.
+    """
+
+    def fits(start: int, end: int) -> bool:
+        return count("".join(parts[start:end]).strip()) <= limit
+
+    runs = []
+    start, n = 0, len(parts)
+    while start < n:
+        good, step = start + 1, 1  # a run has at least one part
+        bad = n + 1
+        while good + step <= n:
+            if fits(start, good + step):
+                good += step
+                step *= 2
+            else:
+                bad = good + step
+                break
+        while bad - good > 1:
+            mid = (good + bad) // 2
+            if fits(start, mid):
+                good = mid
+            else:
+                bad = mid
+        runs.append((start, good))
+        start = good
+    return runs
 
 
 def _piece(chunk: str) -> Piece:

@@ -19,6 +19,22 @@ Policy for awkward input, the same for every model:
 ``translate_batch`` blocks (CTranslate2 releases the GIL while it computes);
 from asyncio, call ``await translator.translate_batch_async(...)``, which runs
 it in an executor.
+
+Tokenisation happens once per text: :meth:`CTranslate2Translator.prepare`
+cuts and tokenises texts into :class:`PreparedText` (pieces and their source
+tokens, and the token count budgets and batching plan with), and
+:meth:`~CTranslate2Translator.translate_prepared` hands those tokens straight
+to the model. The two halves of an engine call — :meth:`encode` (prepared
+texts to source token lists, CPU-light) and :meth:`run` (the model, which
+releases the GIL) and :meth:`assemble` (detokenise, rejoin pieces) — are
+public so :mod:`pipeline.engine.overlap` can run them in separate executors
+and overlap one sub-batch's model call with its neighbours' preparation.
+
+How long the output may be is the registry entry's ``decoding``: ``free``
+stops at the model's ``</s>``, capped at twice the longest input plus 16
+tokens (and the model's ``max_output_tokens``); ``input_length`` (random-weight
+benchmark models, which never choose ``</s>``) decodes exactly as many tokens
+as the longest source of the call, for every sequence of the call.
 """
 
 from __future__ import annotations
@@ -26,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +51,18 @@ from typing import TYPE_CHECKING, Protocol
 import ctranslate2
 import sentencepiece
 
+from pipeline.demo_model.sentences import SentenceGenerator
+from pipeline.digest import files_fingerprint
+from pipeline.engine.costs import DEFAULT_COST, CostModel
+from pipeline.engine.profile import (
+    EngineProfile,
+    ProfileCache,
+    candidates,
+    machine_key,
+    measure_profile,
+)
 from pipeline.engine.registry import PairEntry, Registry, check_compute_type
-from pipeline.engine.segment import split_text
+from pipeline.engine.segment import Piece, split_text
 from pipeline.errors import ConfigError, EngineError
 from pipeline.pairs import Pair
 
@@ -55,6 +81,43 @@ class Translation:
     text: str
     input_tokens: int
     output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class AlignedTranslation(Translation):
+    """A translation with the model's attention between source and target tokens.
+
+    ``source_spans[j]`` / ``target_spans[i]`` are the character ranges of
+    source token ``j`` in the input text and of target token ``i`` in
+    ``text``; ``attention[i][j]`` is how much target token ``i`` attended to
+    source token ``j`` (prefix/suffix tokens left out).
+    """
+
+    source_spans: tuple[tuple[int, int], ...] = ()
+    target_spans: tuple[tuple[int, int], ...] = ()
+    attention: tuple[tuple[float, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedText:
+    """One text cut into pieces, each non-empty core tokenised once.
+
+    ``sources`` holds the model input of each piece with a core (prefix and
+    suffix tokens included), in piece order; ``tokens`` is their total
+    (what token budgets count), ``longest`` the longest of them (what a call
+    pads to).
+    """
+
+    pieces: tuple[Piece, ...]
+    sources: tuple[tuple[str, ...], ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(s) for s in self.sources)
+
+    @property
+    def longest(self) -> int:
+        return max((len(s) for s in self.sources), default=0)
 
 
 class Translator(Protocol):
@@ -105,12 +168,57 @@ def resolve_compute_type(compute_type: str, device: str) -> str:
     return compute_type
 
 
+class _Piece(Protocol):
+    piece: str
+    begin: int  # byte offsets into the text
+    end: int
+
+
+class _PieceText(Protocol):
+    """SentencePiece's ``out_type="proto"`` result: the text and its pieces with offsets."""
+
+    text: str
+    pieces: Sequence[_Piece]
+
+
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     entry: PairEntry
     model: ctranslate2.Translator
     source_sp: sentencepiece.SentencePieceProcessor
     target_sp: sentencepiece.SentencePieceProcessor
+    cost: CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    model: ctranslate2.Translator
+    compute_type: str
+    cost: CostModel
+    profile: EngineProfile | None = None
+
+
+class _Probe:
+    """Calls of a given shape on one loaded model (for compute-type choice and call costs)."""
+
+    def __init__(self, model: ctranslate2.Translator, entry: PairEntry, words: list[str]) -> None:
+        self._model = model
+        self._prefix = list(entry.target_prefix)
+        self._words = words
+
+    def run(self, n: int, max_len: int) -> None:
+        # Real pieces, different per sequence; output forced to max_len tokens,
+        # so the call's work does not depend on what the weights would say.
+        batch = [self._words[i : i + max_len] for i in range(n)]
+        steps = max_len + len(self._prefix)
+        self._model.translate_batch(
+            batch,
+            target_prefix=[self._prefix] * n if self._prefix else None,
+            beam_size=1,
+            max_input_length=0,
+            min_decoding_length=steps,
+            max_decoding_length=steps,
+        )
 
 
 class CTranslate2Translator(Translator):
@@ -133,12 +241,19 @@ class CTranslate2Translator(Translator):
         beam_size: int = 1,
         max_batch_tokens: int = 4096,
         decoding_ratio: float = 2.0,
+        profiles: ProfileCache | None = None,
+        profile_shape: tuple[int, int] = (32, 24),
+        profile_seconds: float = 2.0,
     ) -> None:
         """Load the models of ``entries``.
 
         ``compute_type`` overrides every entry's own; ``max_batch_tokens`` is
         CTranslate2's ``max_batch_size`` with ``batch_type="tokens"``; the
         output may be up to ``decoding_ratio`` times the input plus 16 tokens.
+        With ``profiles``, each model's compute type (when ``auto``) and call
+        costs are measured, or read from that cache (see
+        :mod:`pipeline.engine.profile`); without, ``auto`` is ``int8`` on CPU
+        and ``int8_float16`` on GPU, and call costs are a rough default.
         """
         if beam_size < 1 or max_batch_tokens < 1 or inter_threads < 1 or intra_threads < 0:
             raise ConfigError(
@@ -150,7 +265,12 @@ class CTranslate2Translator(Translator):
         self.decoding_ratio = decoding_ratio
         self.inter_threads = inter_threads
         self.intra_threads = intra_threads
-        models: dict[tuple[Path, str], ctranslate2.Translator] = {}
+        self._profiles = profiles
+        self._profile_shape = profile_shape
+        self._profile_seconds = profile_seconds
+        self.profiles: dict[str, EngineProfile] = {}
+        self._known_chars: dict[str, dict[str, bool]] = {}  # pair id -> char -> known
+        models: dict[tuple[Path, str], _Model] = {}
         tokenizers: dict[Path, sentencepiece.SentencePieceProcessor] = {}
         self._pairs: dict[str, _Loaded] = {}
         self.compute_types: dict[str, str] = {}
@@ -158,20 +278,8 @@ class CTranslate2Translator(Translator):
             problems = entry.problems()
             if problems:
                 raise ConfigError(f"pair {entry.pair.id}: " + "; ".join(problems))
-            ctype = resolve_compute_type(compute_type or entry.compute_type, self.device)
-            key = (entry.model_dir, ctype)
-            if key not in models:
-                log.info("loading %s on %s (%s)", entry.model_dir, self.device, ctype)
-                try:
-                    models[key] = ctranslate2.Translator(
-                        str(entry.model_dir),
-                        device=self.device,
-                        compute_type=ctype,
-                        inter_threads=inter_threads,
-                        intra_threads=intra_threads,
-                    )
-                except (RuntimeError, ValueError) as exc:
-                    raise EngineError(f"cannot load {entry.model_dir}: {exc}") from exc
+            requested = compute_type or entry.compute_type
+            key = (entry.model_dir, requested)
             for path in (entry.source_tokenizer, entry.target_tokenizer):
                 if path not in tokenizers:
                     try:
@@ -180,13 +288,19 @@ class CTranslate2Translator(Translator):
                         )
                     except (OSError, RuntimeError) as exc:
                         raise EngineError(f"cannot load tokenizer {path}: {exc}") from exc
+            if key not in models:
+                models[key] = self._load(entry, requested, tokenizers[entry.source_tokenizer])
+            loaded = models[key]
             self._pairs[entry.pair.id] = _Loaded(
                 entry,
-                models[key],
+                loaded.model,
                 tokenizers[entry.source_tokenizer],
                 tokenizers[entry.target_tokenizer],
+                loaded.cost,
             )
-            self.compute_types[entry.pair.id] = ctype
+            if loaded.profile is not None:
+                self.profiles[entry.pair.id] = loaded.profile
+            self.compute_types[entry.pair.id] = loaded.compute_type
         if not self._pairs:
             raise ConfigError("no pairs to serve")
         self.model_ids = {pid: p.entry.model_id for pid, p in self._pairs.items()}
@@ -206,88 +320,225 @@ class CTranslate2Translator(Translator):
             intra_threads=settings.intra_threads,
             beam_size=settings.beam_size,
             max_batch_tokens=settings.max_batch_tokens,
+            profiles=ProfileCache(settings.profile_cache) if settings.profile else None,
+            profile_shape=settings.profile_shape,
+            profile_seconds=settings.profile_seconds,
         )
+
+    def _load(
+        self, entry: PairEntry, requested: str, tokenizer: sentencepiece.SentencePieceProcessor
+    ) -> _Model:
+        """Load ``entry``'s model; with profiles, at the measured compute type and costs."""
+        if self._profiles is None:
+            ctype = resolve_compute_type(requested, self.device)
+            return _Model(self._open(entry, ctype), ctype, DEFAULT_COST)
+        profile = self._profile(entry, requested, tokenizer, self._profiles)
+        return _Model(
+            self._open(entry, profile.compute_type), profile.compute_type, profile.cost, profile
+        )
+
+    def _profile(
+        self,
+        entry: PairEntry,
+        requested: str,
+        tokenizer: sentencepiece.SentencePieceProcessor,
+        cache: ProfileCache,
+    ) -> EngineProfile:
+        """The cached profile of this model on this machine, or a fresh measurement."""
+        check_compute_type(requested, entry.pair.id)
+        key = "|".join(
+            (
+                files_fingerprint([entry.model_dir / "model.bin"]),
+                requested,
+                machine_key(self.device, self.inter_threads, self.intra_threads),
+                "shape={}x{}".format(*self._profile_shape),
+            )
+        )
+        profile = cache.get(key)
+        if profile is None:
+            supported = ctranslate2.get_supported_compute_types(self.device)
+            types = candidates(self.device, supported) or [
+                resolve_compute_type("auto", self.device)
+            ]
+            log.info(
+                "measuring %s on %s (%s)",
+                entry.model_dir,
+                self.device,
+                ", ".join(types) if requested == "auto" else requested,
+            )
+            words = _probe_words(tokenizer)
+            profile = measure_profile(
+                requested,
+                types,
+                lambda ctype: _Probe(self._open(entry, ctype), entry, words),
+                shape=self._profile_shape,
+                min_seconds=self._profile_seconds,
+            )
+            cache.put(key, profile)
+        log.info(
+            "%s: compute_type %s%s; call cost %.2f ms + %.3f ms/step + %.4f ms/padded token",
+            entry.model_dir.name,
+            profile.compute_type,
+            f" (padded tokens/s measured: {profile.tokens_per_s})" if profile.tokens_per_s else "",
+            profile.cost.per_call_s * 1e3,
+            profile.cost.per_step_s * 1e3,
+            profile.cost.per_token_s * 1e3,
+        )
+        return profile
+
+    def _open(self, entry: PairEntry, ctype: str) -> ctranslate2.Translator:
+        log.info("loading %s on %s (%s)", entry.model_dir, self.device, ctype)
+        try:
+            return ctranslate2.Translator(
+                str(entry.model_dir),
+                device=self.device,
+                compute_type=ctype,
+                inter_threads=self.inter_threads,
+                intra_threads=self.intra_threads,
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"cannot load {entry.model_dir}: {exc}") from exc
 
     @property
     def pairs(self) -> list[str]:
         """Pair ids this translator serves."""
         return sorted(self._pairs)
 
+    def cost_model(self, pair: Pair) -> CostModel:
+        """What one engine call of ``pair``'s model costs (measured, or the default)."""
+        return self._loaded(pair).cost
+
     def count_tokens(self, text: str, pair: Pair) -> int:
         """Source tokens of ``text``, prefix and suffix tokens included (0 for empty text)."""
+        return self.prepare([text], pair)[0].tokens
+
+    def prepare(self, texts: Sequence[str], pair: Pair) -> list[PreparedText]:
+        """Cut each text into pieces the model can take and tokenise each piece once."""
         loaded = self._loaded(pair)
-        return sum(
-            self._core_tokens(loaded, piece.core)
-            for piece in split_text(
-                text, functools.partial(self._core_tokens, loaded), loaded.entry.max_input_tokens
+        entry = loaded.entry
+        prepared = []
+        for text in texts:
+            pieces: dict[str, list[str]] = {}
+
+            def tokens_of(core: str, pieces: dict[str, list[str]] = pieces) -> list[str]:
+                if core not in pieces:
+                    pieces[core] = loaded.source_sp.encode(core, out_type=str) if core else []
+                return pieces[core]
+
+            def count(core: str) -> int:
+                n = len(tokens_of(core))
+                return n + len(entry.source_prefix) + len(entry.source_suffix) if n else 0
+
+            cut = split_text(text, count, entry.max_input_tokens)
+            sources = tuple(
+                (*entry.source_prefix, *tokens_of(piece.core), *entry.source_suffix)
+                for piece in cut
+                if piece.core
             )
-            if piece.core
-        )
+            prepared.append(PreparedText(tuple(cut), sources))
+        return prepared
 
     def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
         """Translate ``texts`` for ``pair``; the result has one Translation per text, in order."""
-        loaded = self._loaded(pair)
-        entry = loaded.entry
-        count = functools.partial(self._core_tokens, loaded)
-        pieces = [split_text(text, count, entry.max_input_tokens) for text in texts]
-        sources: list[list[str]] = []
-        for text_pieces in pieces:
-            for piece in text_pieces:
-                if piece.core:
-                    tokens = loaded.source_sp.encode(piece.core, out_type=str)
-                    sources.append([*entry.source_prefix, *tokens, *entry.source_suffix])
-        outputs = self._run(loaded, sources) if sources else []
+        return self.translate_prepared(self.prepare(texts, pair), pair)
+
+    def translate_prepared(self, prepared: Sequence[PreparedText], pair: Pair) -> list[Translation]:
+        """Translate already prepared texts (no second tokenisation); results in order."""
+        sources = self.encode(prepared)
+        return self.assemble(prepared, self.run(sources, pair) if sources else [], pair)
+
+    @staticmethod
+    def encode(prepared: Sequence[PreparedText]) -> list[list[str]]:
+        """The model input of one call: every piece of every text, in order."""
+        return [list(source) for text in prepared for source in text.sources]
+
+    def assemble(
+        self, prepared: Sequence[PreparedText], outputs: Sequence[list[str]], pair: Pair
+    ) -> list[Translation]:
+        """Detokenise ``run``'s output tokens and rejoin each text's pieces."""
+        target_sp = self._loaded(pair).target_sp
+        it = iter(outputs)
         results: list[Translation] = []
-        it = iter(zip(sources, outputs, strict=True))
-        for text_pieces in pieces:
+        for text in prepared:
             parts: list[str] = []
-            n_in = n_out = 0
-            for piece in text_pieces:
+            n_out = 0
+            for piece in text.pieces:
                 if not piece.core:
                     parts.append(piece.lead)
                     continue
-                source, (out_text, out_tokens) = next(it)
-                parts.extend((piece.lead, out_text, piece.trail))
-                n_in += len(source)
-                n_out += out_tokens
-            text = "".join(parts) if n_in else ""
-            results.append(Translation(text, n_in, n_out))
+                tokens = next(it)
+                parts.extend((piece.lead, target_sp.decode_pieces(tokens), piece.trail))
+                n_out += len(tokens)
+            n_in = text.tokens
+            results.append(Translation("".join(parts) if n_in else "", n_in, n_out))
         return results
 
-    def _run(self, loaded: _Loaded, sources: list[list[str]]) -> list[tuple[str, int]]:
-        entry = loaded.entry
-        prefix = list(entry.target_prefix)
-        longest = max(len(s) for s in sources)
-        try:
-            results = loaded.model.translate_batch(
-                sources,
-                target_prefix=[prefix] * len(sources) if prefix else None,
-                max_batch_size=self.max_batch_tokens,
-                batch_type="tokens",
-                beam_size=self.beam_size,
-                max_input_length=0,  # never truncate; long texts were split above
-                suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
-                # Never past the model's positions, whatever the input length.
-                max_decoding_length=min(
-                    int(longest * self.decoding_ratio) + 16 + len(prefix),
-                    entry.max_output_tokens,
-                ),
-            )
-        except (RuntimeError, ValueError) as exc:
-            raise EngineError(f"{entry.pair.id}: translation failed: {exc}") from exc
-        out: list[tuple[str, int]] = []
-        for result in results:
+    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
+        """One model call on source token lists; the output tokens, prefix removed. Blocks."""
+        prefix = list(self._loaded(pair).entry.target_prefix)
+        out: list[list[str]] = []
+        for result in self._call(sources, pair):
             tokens = result.hypotheses[0]
             if prefix and tokens[: len(prefix)] == prefix:
                 tokens = tokens[len(prefix) :]
-            out.append((loaded.target_sp.decode_pieces(tokens), len(tokens)))
+            out.append(tokens)
         return out
 
-    @staticmethod
-    def _core_tokens(loaded: _Loaded, core: str) -> int:
+    def _call(
+        self, sources: list[list[str]], pair: Pair, **options: bool
+    ) -> list[ctranslate2.TranslationResult]:
+        """CTranslate2's ``translate_batch`` with the pair's decoding policy; raw results."""
+        if not sources:
+            return []
+        loaded = self._loaded(pair)
         entry = loaded.entry
-        n = len(loaded.source_sp.encode(core)) if core else 0
-        return n + len(entry.source_prefix) + len(entry.source_suffix) if n else 0
+        prefix = list(entry.target_prefix)
+        longest = max(len(s) for s in sources)
+        if entry.decoding == "input_length":
+            min_length = max_length = longest + len(prefix)
+        else:
+            # Never past the model's positions, whatever the input length.
+            min_length = 0
+            max_length = min(
+                int(longest * self.decoding_ratio) + 16 + len(prefix), entry.max_output_tokens
+            )
+        try:
+            return list(
+                loaded.model.translate_batch(
+                    sources,
+                    target_prefix=[prefix] * len(sources) if prefix else None,
+                    max_batch_size=self.max_batch_tokens,
+                    batch_type="tokens",
+                    beam_size=self.beam_size,
+                    max_input_length=0,  # never truncate; long texts were split when prepared
+                    suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
+                    min_decoding_length=min_length,
+                    max_decoding_length=max_length,
+                    **options,
+                )
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"{entry.pair.id}: translation failed: {exc}") from exc
+
+    def translate_aligned(self, texts: Sequence[str], pair: Pair) -> list[AlignedTranslation]:
+        """Like :meth:`translate_batch`, with CTranslate2's ``return_attention`` alignment.
+
+        Used by the fidelity layer to put back placeholders a model dropped;
+        texts are cut exactly as :meth:`translate_batch` cuts them. Blocks.
+        """
+        loaded = self._loaded(pair)
+        prepared = self.prepare(texts, pair)
+        results = iter(self._call(self.encode(prepared), pair, return_attention=True))
+        return [_aligned(text, results, loaded) for text in prepared]
+
+    def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]:
+        """Characters of ``text`` the source tokenizer knows only as bytes or ``<unk>``."""
+        known = self._known_chars.setdefault(pair.id, {})
+        sp = self._loaded(pair).source_sp
+        for ch in set(text) - known.keys():
+            ids = sp.encode(ch) if not ch.isspace() else []
+            known[ch] = not any(sp.is_byte(i) or sp.is_unknown(i) for i in ids)
+        return frozenset(ch for ch in set(text) if not known[ch])
 
     def _loaded(self, pair: Pair) -> _Loaded:
         loaded = self._pairs.get(pair.id)
@@ -296,3 +547,69 @@ class CTranslate2Translator(Translator):
                 f"pair {pair.id} is not served here (serving: {', '.join(self.pairs)})"
             )
         return loaded
+
+
+def _probe_words(sp: sentencepiece.SentencePieceProcessor, count: int = 2048) -> list[str]:
+    """Source pieces of generated sentences, enough for any probe call shape."""
+    generator = SentenceGenerator(5, min_words=3, max_words=40)
+    words: list[str] = []
+    while len(words) < count:
+        words.extend(sp.encode(generator.sentence(), out_type=str))
+    return words
+
+
+def _aligned(
+    text: PreparedText, results: Iterator[ctranslate2.TranslationResult], loaded: _Loaded
+) -> AlignedTranslation:
+    """One text's translation with its attention matrix, from its pieces' results."""
+    entry = loaded.entry
+    prefix = list(entry.target_prefix)
+    parts: list[str] = []
+    src_spans: list[tuple[int, int]] = []
+    tgt_spans: list[tuple[int, int]] = []
+    blocks: list[tuple[int, int, list[list[float]]]] = []
+    offset = n_out = 0
+    for piece in text.pieces:
+        if not piece.core:
+            parts.append(piece.lead)
+            offset += len(piece.lead) + len(piece.trail)
+            continue
+        result = next(results)
+        tokens, rows = list(result.hypotheses[0]), list(result.attention[0])
+        if prefix and tokens[: len(prefix)] == prefix:
+            tokens, rows = tokens[len(prefix) :], rows[len(prefix) :]
+        decoded = loaded.target_sp.decode(
+            [loaded.target_sp.piece_to_id(token) for token in tokens], out_type="proto"
+        )
+        # character spans of the source pieces (tokenised again: a rare path)
+        proto = loaded.source_sp.encode(piece.core, out_type="proto")
+        parts.append(piece.lead)
+        target_offset = sum(len(part) for part in parts)
+        parts.extend((decoded.text, piece.trail))
+        first_src, first_tgt = len(src_spans), len(tgt_spans)
+        src_spans.extend(_char_spans(piece.core, proto, offset + len(piece.lead)))
+        tgt_spans.extend(_char_spans(decoded.text, decoded, target_offset))
+        lo = len(entry.source_prefix)
+        blocks.append((first_src, first_tgt, [list(r[lo : lo + len(proto.pieces)]) for r in rows]))
+        n_out += len(tokens)
+        offset += len(piece.lead) + len(piece.core) + len(piece.trail)
+    matrix = [[0.0] * len(src_spans) for _ in tgt_spans]
+    for first_src, first_tgt, block in blocks:
+        for i, row in enumerate(block):
+            matrix[first_tgt + i][first_src : first_src + len(row)] = row
+    return AlignedTranslation(
+        "".join(parts) if text.tokens else "", text.tokens, n_out,
+        tuple(src_spans), tuple(tgt_spans), tuple(tuple(r) for r in matrix),
+    )
+
+
+def _char_spans(text: str, proto: _PieceText, offset: int) -> list[tuple[int, int]]:
+    """Character ranges (shifted by ``offset``) of a SentencePiece proto's byte ranges."""
+    char_at = [0]
+    for i, ch in enumerate(text):
+        char_at.extend([i + 1] * len(ch.encode("utf-8")))
+    last = len(char_at) - 1
+    return [
+        (offset + char_at[min(p.begin, last)], offset + char_at[min(p.end, last)])
+        for p in proto.pieces
+    ]

@@ -3,14 +3,20 @@
 Maven's own output goes to ``var/log/maven-<name>.log``; the caller gets one
 status line. A folder counts as fetched once it holds a ``.complete`` marker,
 so an interrupted fetch is retried, and a fetched folder costs nothing.
+Fetches of one folder take turns (a lock file beside it): the nodes of a
+cluster are prepared in parallel, and each would otherwise wipe the folder
+another Maven run is filling.
 """
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.errors import StackError
@@ -29,11 +35,28 @@ def artifact_id(jar_name: str) -> str:
     return match.group("artifact") if match else jar_name.removesuffix(".jar")
 
 
+@contextmanager
+def _exclusive(dest: Path) -> Iterator[None]:
+    """Hold the lock of ``dest`` (threads and processes alike wait for it)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with (dest.parent / f".{dest.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def fetch(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir: Path,
           report: Reporter = quiet) -> list[Path]:
     """Run ``mvn dependency:copy-dependencies`` for ``pom`` into ``dest`` (once)."""
     if (dest / _COMPLETE).exists():
         return sorted(dest.glob("*.jar"))
+    with _exclusive(dest):
+        if (dest / _COMPLETE).exists():  # another fetch finished while we waited
+            return sorted(dest.glob("*.jar"))
+        return _maven(name, pom, dest, properties, log_dir, report)
+
+
+def _maven(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir: Path,
+           report: Reporter) -> list[Path]:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError("Maven (`mvn`) is needed to fetch JVM jars: apt-get install -y maven")
@@ -56,12 +79,17 @@ def fetch(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir:
     return jars
 
 
+def jars_dir(settings: Settings) -> Path:
+    """Where fetched jars live: ``stack.jars_dir``, by default ``<stack home>/jars``."""
+    return settings.stack.jars_dir or settings.stack.home / "jars"
+
+
 def kafka_jars(settings: Settings, report: Reporter = quiet) -> list[Path]:
     """The Kafka broker's classpath (``kafka_2.13`` and a logging backend)."""
     version = settings.stack.kafka_version
     return fetch(
         f"kafka-{version}", POM_DIR / "kafka" / "pom.xml",
-        settings.stack.home / "jars" / f"kafka-{version}",
+        jars_dir(settings) / f"kafka-{version}",
         {"kafka.version": version}, settings.stack.home / "log", report,
     )
 
@@ -84,7 +112,7 @@ def spark_kafka_jars(settings: Settings, report: Reporter = quiet) -> list[Path]
     shipped = sorted({artifact_id(jar.name) for jar in bundled.glob("*.jar")})
     return fetch(
         f"spark-kafka-{version}", POM_DIR / "spark" / "pom.xml",
-        settings.stack.home / "jars" / f"spark-kafka-{version}",
+        jars_dir(settings) / f"spark-kafka-{version}",
         {"spark.version": version, "excludeArtifactIds": ",".join(shipped)},
         settings.stack.home / "log", report,
     )

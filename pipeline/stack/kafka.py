@@ -1,4 +1,4 @@
-"""Single-node Apache Kafka in KRaft mode (combined broker + controller)."""
+"""Apache Kafka in KRaft mode: one node, or a cluster of combined broker + controller nodes."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.errors import StackError
-from pipeline.settings import Settings
+from pipeline.kafka_clients import kafka_python_options
+from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
+from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports
 from pipeline.stack.procs import cmdline
+from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
 
-HOST = "127.0.0.1"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
 _JAR_VERSION = re.compile(r"kafka_2\.13-([^/:\s]+?)\.jar")
 
 LOG4J_PROPERTIES = """\
@@ -33,32 +36,59 @@ log4j.logger.org.apache.kafka.storage.internals.log=WARN
 """
 
 
-def render_server_properties(settings: Settings, log_dir: Path) -> str:
-    """``server.properties`` for one combined broker+controller node, tuned for tests."""
-    stack = settings.stack
+def render_server_properties(settings: Settings, node: NodePorts, log_dir: Path,
+                             secure: ServiceSecrets | None = None) -> str:
+    """``server.properties`` for one combined broker+controller node, tuned for tests.
+
+    Replication of the internal topics (consumer offsets, transaction state)
+    and the topic defaults follow ``settings.kafka``; secure nodes serve
+    SASL_SSL (SCRAM-SHA-512) to clients and talk mutual TLS among themselves,
+    with no PLAINTEXT listener at all.
+    """
+    kafka, stack = settings.kafka, settings.stack
+    voters = ",".join(f"{n.node_id}@{HOST}:{n.controller}" for n in node_ports(stack))
     props = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@{HOST}:{stack.kafka_controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{stack.kafka_port},"
-                     f"CONTROLLER://{HOST}:{stack.kafka_controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{stack.kafka_port}",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://{HOST}:{node.client},CONTROLLER://{HOST}:{node.controller}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.client}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(log_dir),
         "num.partitions": "4",
         "auto.create.topics.enable": "true",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(kafka.replication_factor),
+        "min.insync.replicas": str(kafka.min_insync_replicas),
+        "offsets.topic.replication.factor": str(kafka.replication_factor),
         "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(kafka.replication_factor),
+        "transaction.state.log.min.isr": str(kafka.min_insync_replicas),
         "transaction.state.log.num.partitions": "4",
         "group.initial.rebalance.delay.ms": "0",
         "num.network.threads": "2",
         "num.io.threads": "2",
         "log.retention.hours": "24",
     }
+    if secure is not None:
+        props.update({
+            "listeners": f"SASL_SSL://{HOST}:{node.client},SSL://{HOST}:{node.ssl},"
+                         f"CONTROLLER://{HOST}:{node.controller}",
+            "advertised.listeners": f"SASL_SSL://{HOST}:{node.client},SSL://{HOST}:{node.ssl}",
+            "inter.broker.listener.name": "SSL",
+            "listener.security.protocol.map": "CONTROLLER:SSL,SASL_SSL:SASL_SSL,SSL:SSL",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(secure.tls.server_keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(secure.tls.ca),
+            # nodes and mutual-TLS clients must show a certificate of our CA
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.controller.ssl.client.auth": "required",
+        })
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
@@ -74,15 +104,31 @@ def _quiet_kafka_logs() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def cluster_id() -> str:
-    """A random Kafka cluster id (base64url of a UUID, as ``kafka-storage random-uuid``)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+def cluster_id(seed: str) -> str:
+    """A Kafka cluster id (base64url of a UUID, as ``kafka-storage random-uuid`` prints).
+
+    Derived from ``seed`` (the stack home and layout), so every node of one
+    cluster, and a node whose data was wiped, is formatted with the same id.
+    """
+    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"babelstream:{seed}")
+    return base64.urlsafe_b64encode(digest.bytes).rstrip(b"=").decode()
 
 
 class KafkaService(Service):
-    """``java -cp <jars> kafka.Kafka var/kafka/server.properties``."""
+    """One node: ``java -cp <jars> kafka.Kafka var/<name>/server.properties``.
 
-    name = "kafka"
+    A single-node stack has one node named ``kafka`` (``var/kafka/``); a
+    cluster has ``kafka-1`` ... ``kafka-N``. A secure stack keeps its data in
+    ``data-secure/``, apart from the plaintext stack's, because its SCRAM
+    users are written when the storage is formatted.
+    """
+
+    def __init__(self, settings: Settings, node: NodePorts, clients: KafkaSettings) -> None:
+        super().__init__(settings)
+        self.node = node
+        self.name = node_name(settings.stack, node)
+        # how a client reaches this node (probe): the stack's client settings, this node only
+        self._clients = clients.model_copy(update={"bootstrap_servers": self.address})
 
     @property
     def host(self) -> str:
@@ -90,7 +136,7 @@ class KafkaService(Service):
 
     @property
     def port(self) -> int:
-        return self.settings.stack.kafka_port
+        return self.node.client
 
     @property
     def config_path(self) -> Path:
@@ -98,7 +144,7 @@ class KafkaService(Service):
 
     @property
     def data_dir(self) -> Path:
-        return self.workdir / "data"
+        return self.workdir / ("data-secure" if self.settings.stack.secure else "data")
 
     @property
     def marker(self) -> str:
@@ -115,16 +161,27 @@ class KafkaService(Service):
                 f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
                 "-cp", ":".join(str(jar) for jar in kafka_jars(self.settings))]
 
+    def _secure(self) -> ServiceSecrets | None:
+        return service_secrets(self.home, "kafka") if self.settings.stack.secure else None
+
     def prepare(self, report: Reporter) -> None:
         kafka_jars(self.settings, report)  # fetch once, with progress
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(render_server_properties(self.settings, self.data_dir))
+        secure = self._secure()
+        self.config_path.write_text(
+            render_server_properties(self.settings, self.node, self.data_dir, secure))
         (self.workdir / "log4j.properties").write_text(LOG4J_PROPERTIES)
         if (self.data_dir / "meta.properties").exists():
             return
-        report("kafka: formatting KRaft storage ...")
+        report(f"{self.name}: formatting KRaft storage ...")
+        stack = self.settings.stack
+        seed = f"{stack.home}:{stack.brokers}:{'secure' if secure else 'plaintext'}"
         cmd = [*self._java(), "kafka.tools.StorageTool", "format", "--ignore-formatted",
-               "-t", cluster_id(), "-c", str(self.config_path)]
+               "-t", cluster_id(seed), "-c", str(self.config_path)]
+        if secure is not None:
+            # SCRAM users are bootstrapped into the metadata log (KIP-900)
+            cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={secure.username},"
+                                   f"password={secure.password.get_secret_value()}]"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
@@ -138,21 +195,24 @@ class KafkaService(Service):
 
         try:
             with _quiet_kafka_logs():
-                admin = KafkaAdminClient(bootstrap_servers=self.address,
-                                         client_id="babelstream-stack",
-                                         request_timeout_ms=5000, bootstrap_timeout_ms=3000)
+                admin = KafkaAdminClient(**{
+                    **kafka_python_options(self._clients, "stack"),
+                    "request_timeout_ms": 5000, "bootstrap_timeout_ms": 3000,
+                })
         except (KafkaError, OSError) as exc:
             return Probe(False, detail=f"no metadata from {self.address}: {exc!r}")
         try:
             cluster = admin.describe_cluster()
-            node_id = cluster["brokers"][0]["broker_id"]
+            brokers = len(cluster["brokers"])
             # kafka-python infers the broker's release from its ApiVersions response
-            api = admin.get_broker_version_data(node_id).broker_version
+            api = admin.get_broker_version_data(self.node.node_id).broker_version
         except (KafkaError, OSError, LookupError) as exc:
             return Probe(False, detail=f"metadata request failed: {exc!r}")
         finally:
             admin.close()
         match = _JAR_VERSION.search(cmdline(pid)) if pid else None
         version = match.group(1) if match else ".".join(map(str, api))
-        return Probe(True, version, f"cluster {cluster.get('cluster_id')}, "
+        return Probe(True, version, f"cluster {cluster.get('cluster_id')}, node "
+                                    f"{self.node.node_id}, {brokers} broker(s), "
+                                    f"{self._clients.security_protocol}, "
                                     f"api {'.'.join(map(str, api))}")

@@ -162,3 +162,24 @@ def terminate(record: ProcessRecord, grace_s: float) -> bool:
     _signal(record, signal.SIGKILL)
     _wait_gone(record, 10.0)
     return False
+
+
+def terminate_all(records: list[ProcessRecord], grace_s: float) -> list[bool]:
+    """:func:`terminate` for several processes at once (SIGTERM to all, then wait).
+
+    A KRaft quorum shuts down cleanly only while a majority of its nodes still
+    runs, so the nodes are signalled together rather than one after another.
+    """
+    alive = [record for record in records if is_alive(record)]
+    for record in alive:
+        _signal(record, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    graceful = []
+    for record in records:
+        if record in alive and not _wait_gone(record, max(0.0, deadline - time.monotonic())):
+            _signal(record, signal.SIGKILL)
+            _wait_gone(record, 10.0)
+            graceful.append(False)
+        else:
+            graceful.append(True)
+    return graceful

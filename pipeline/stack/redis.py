@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from pipeline.errors import StackError
+from pipeline.redis_client import redis_options
+from pipeline.settings import RedisSettings, Settings
+from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
 
 HOST = "127.0.0.1"
 INSTALL_HINT = "install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)"
 
 
-def render_redis_conf(port: int, data_dir: Path, config_path: Path) -> str:
-    """Config for a foreground, loopback-only, non-persistent dev Redis."""
+def render_redis_conf(port: int, data_dir: Path, config_path: Path,
+                      secure: ServiceSecrets | None = None) -> str:
+    """Config for a foreground, loopback-only, non-persistent dev Redis.
+
+    Secure: TLS only (no plaintext port), the default user switched off and
+    one ACL user whose password is stored as its SHA-256 (never in clear).
+    """
     lines = [
-        f"port {port}",
+        f"port {port}" if secure is None else "port 0",
         f"bind {HOST}",
         "protected-mode yes",
         "daemonize no",
@@ -31,6 +40,18 @@ def render_redis_conf(port: int, data_dir: Path, config_path: Path) -> str:
         # put our config path into the process title, so `down` can recognise it
         f'proc-title-template "{{title}} {{listen-addr}} {config_path}"',
     ]
+    if secure is not None:
+        digest = hashlib.sha256(secure.password.get_secret_value().encode()).hexdigest()
+        lines += [
+            f"tls-port {port}",
+            f"tls-cert-file {secure.tls.server_cert}",
+            f"tls-key-file {secure.tls.server_key}",
+            f"tls-ca-cert-file {secure.tls.ca}",
+            # clients authenticate with the ACL password; a certificate is optional
+            "tls-auth-clients optional",
+            "user default off",
+            f"user {secure.username} on #{digest} ~* &* +@all",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -64,6 +85,11 @@ class RedisService(Service):
 
     name = "redis"
 
+    def __init__(self, settings: Settings, clients: RedisSettings) -> None:
+        super().__init__(settings)
+        # how a client reaches it (probe): URL, ACL user, TLS
+        self._clients = clients
+
     @property
     def host(self) -> str:
         return HOST
@@ -82,13 +108,17 @@ class RedisService(Service):
 
     @property
     def url(self) -> str:
-        return f"redis://{self.address}/0"
+        return self._clients.url
+
+    def _secure(self) -> ServiceSecrets | None:
+        return service_secrets(self.home, "redis") if self.settings.stack.secure else None
 
     def prepare(self, report: Reporter) -> None:
         ensure_redis_server(report)
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(render_redis_conf(self.port, data, self.config_path))
+        self.config_path.write_text(
+            render_redis_conf(self.port, data, self.config_path, self._secure()))
 
     def command(self) -> list[str]:
         return [shutil.which("redis-server") or "redis-server", str(self.config_path)]
@@ -96,8 +126,9 @@ class RedisService(Service):
     def probe(self, pid: int | None) -> Probe:
         import redis
 
-        client = redis.Redis(host=self.host, port=self.port, socket_timeout=2,
-                             socket_connect_timeout=2)
+        options = {**redis_options(self._clients), "socket_timeout": 2,
+                   "socket_connect_timeout": 2}
+        client = redis.Redis.from_url(self.url, **options)
         try:
             client.ping()
             version = str(client.info("server")["redis_version"])
@@ -105,4 +136,5 @@ class RedisService(Service):
             return Probe(False, detail=f"PING {self.address} failed: {exc}")
         finally:
             client.close()
-        return Probe(True, version, "PONG")
+        return Probe(True, version, "PONG" + (" (TLS, ACL user)" if self._clients.uses_tls
+                                              else ""))

@@ -20,7 +20,9 @@ from pipeline.pairs import (
     DLQ_TOPIC,
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
+    SLA_LATE_TOPIC,
     SLA_TOPIC,
+    TICKS_TOPIC,
     Pair,
     bulk_topic,
     pair_topic,
@@ -65,6 +67,9 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         }),
         DLQ_REPLAYED_TOPIC: TopicSpec(kafka.replay_marker_partitions,
                                       {"cleanup.policy": "compact"}),
+        SLA_LATE_TOPIC: TopicSpec(kafka.sla_late_partitions),
+        TICKS_TOPIC: TopicSpec(kafka.ticks_partitions,
+                               {"retention.ms": str(kafka.ticks_retention_ms)}),
     }
     for pair_id in settings.stack.pairs:
         specs.update(pair_topic_specs(kafka, Pair.parse(pair_id)))

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from pipeline.cache import CachedTranslation
+    from pipeline.fidelity.glossary import Glossary
 
 
 class TransientError(BabelStreamError):
@@ -106,6 +107,8 @@ class Item:
     result: TranslationResult | None = None
     dead_letter: DeadLetter | None = None
     span: Span | None = None
+    # the glossary (named + inline terms) the fidelity steps apply to this request
+    glossary: Glossary | None = None
 
     @property
     def pending(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pipeline.cache import TwoLevelCache
+from pipeline.fidelity.service import FidelityService
 from pipeline.routing import Router
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Step
@@ -13,6 +14,7 @@ from pipeline.steps.decode import Decode
 from pipeline.steps.dedup import InBatchDedup
 from pipeline.steps.emit import Emit
 from pipeline.steps.engine import EngineRunner, Translate
+from pipeline.steps.fidelity import ApplyGlossary, TranslateFaithfully
 from pipeline.steps.observe import Observe, StatsSink
 from pipeline.steps.publish import Producer, Publish
 from pipeline.steps.quota import QuotaCheck, Quotas
@@ -36,10 +38,17 @@ def translation_steps(
     cancels: CancelLookup,
     quotas: Quotas,
     replies: ReplyCopies,
+    fidelity: FidelityService | None = None,
 ) -> list[Step]:
-    """A translation agent's micro-batch: one result (or dead letter) per record."""
+    """A translation agent's micro-batch: one result (or dead letter) per record.
+
+    Cancelled requests and those over their tenant's quota are answered before
+    any lookup. With ``fidelity``, glossaries key the digest before any lookup and the
+    engine step keeps markup, placeholders and terms (``pipeline.fidelity``).
+    """
     return [
         Decode(limits),
+        *([ApplyGlossary(fidelity)] if fidelity else []),
         OpenSpans(compute_type),
         Deadline(limits.default_timeout_ms),
         Cancel(cancels),
@@ -47,7 +56,7 @@ def translation_steps(
         InBatchDedup(),
         WindowLookup(window),
         CacheLookup(cache),
-        Translate(engine),
+        TranslateFaithfully(engine, fidelity) if fidelity else Translate(engine),
         Store(cache, window),
         Resolve(),
         Emit(),

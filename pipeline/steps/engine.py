@@ -15,17 +15,24 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
+from pipeline import metrics
 from pipeline.cache import CachedTranslation
 from pipeline.engine.batching import TokenBudgetBatcher
-from pipeline.engine.translator import Translation, Translator
+from pipeline.engine.costs import cost_of
+from pipeline.engine.overlap import EngineLane, staged
+from pipeline.engine.shaping import BatchShaper
+from pipeline.engine.translator import AlignedTranslation, Translation, Translator
 from pipeline.pairs import Pair
-from pipeline.scheduling import INTERACTIVE, PriorityGate
+from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.steps.base import Batch, BatchStats, TransientError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # A text every model translates; used to tell a broken engine from a poison input.
 CANARY_TEXT = "Hello."
@@ -48,10 +55,15 @@ def is_engine_fault(exc: BaseException) -> bool:
 
 
 class EngineRunner:
-    """Runs distinct texts through the translator in planned sub-batches, one at a time.
+    """Runs distinct texts through the translator in planned sub-batches, one call at a time.
 
-    The engine is shared by every agent of the worker through a
-    :class:`PriorityGate` (interactive before bulk).
+    Texts are tokenised once and planned in the engine's prep thread, calls
+    run in its compute thread (:class:`~pipeline.engine.overlap.EngineLane`,
+    with read-ahead), and every call goes through the worker's shared
+    :class:`PriorityGate` (interactive before bulk). Sub-batches are cut by
+    the model's measured call costs: by ``shaper``'s batcher when given
+    (adaptive knobs, bulk calls bounded in time), else by ``batcher``'s
+    budget.
     """
 
     def __init__(
@@ -60,58 +72,131 @@ class EngineRunner:
         batcher: TokenBudgetBatcher,
         gate: PriorityGate,
         priority: int = INTERACTIVE,
+        *,
+        shaper: BatchShaper | None = None,
     ) -> None:
         self._translator = translator
+        self._lane: EngineLane[Any] = EngineLane(staged(translator))
         self._batcher = batcher
         self._gate = gate
         self._priority = priority
+        self._label = "bulk" if priority == BULK else "interactive"
+        self.shaper = shaper
+
+    def _planner(self, pair: Pair) -> TokenBudgetBatcher:
+        if self.shaper is not None:
+            return self.shaper.batcher()
+        b = self._batcher
+        return TokenBudgetBatcher(
+            b.token_budget,
+            b.max_batch_size,
+            cost=cost_of(self._translator, pair),
+            max_call_s=b.max_call_s,
+        )
+
+    def _through(self, work: Awaitable[T]) -> Awaitable[T]:
+        return self._gate.run(self._priority, work)
 
     async def run(
         self, texts: Sequence[str], pair: Pair, stats: BatchStats
     ) -> list[Translation | Rejected]:
         """One outcome per text, in order; raises TransientError when the engine is at fault."""
-        lengths = [self._translator.count_tokens(t, pair) for t in texts]
-        plan = self._batcher.plan(lengths)
+        prepared = await self._lane.prepare(texts, pair)
+        plan = await self._lane.plan(prepared, self._planner(pair))
         stats.padding_ratio = plan.padding_ratio
+        outcomes = await self._lane.run_plan(prepared, plan, pair, self._through)
         out: list[Translation | Rejected | None] = [None] * len(texts)
-        for indices in plan.batches:
+        for outcome in outcomes:
+            indices = outcome.sub_batch.indices
             stats.engine_batches.append(len(indices))
-            began = time.perf_counter()
-            results = await self._narrowing([texts[i] for i in indices], pair)
-            stats.engine_seconds += time.perf_counter() - began
+            metrics.record_engine_call(
+                pair.id, self._label, outcome.sub_batch.padding_ratio, outcome.engine_s
+            )
+            results: list[Translation | Rejected]
+            if outcome.translations is not None:
+                results = list(outcome.translations)
+                stats.engine_seconds += outcome.engine_s
+            else:
+                assert outcome.error is not None
+                began = time.perf_counter()
+                results = await self._narrowing([prepared[i] for i in indices], pair, outcome.error)
+                stats.engine_seconds += time.perf_counter() - began
             for i, result in zip(indices, results, strict=True):
                 out[i] = result
                 if isinstance(result, Translation):
                     stats.engine_input_tokens += result.input_tokens
                     stats.engine_output_tokens += result.output_tokens
         stats.engine_texts += len(texts)
-        outcomes = [o for o in out if o is not None]
-        if any(isinstance(o, Rejected) for o in outcomes):
+        done = [o for o in out if o is not None]
+        if any(isinstance(o, Rejected) for o in done):
             await self._check_canary(pair)
-        return outcomes
+        return done
 
-    async def _call(self, texts: list[str], pair: Pair) -> list[Translation]:
-        return await self._gate.run(
-            self._priority, self._translator.translate_batch_async(texts, pair)
-        )
+    @property
+    def translator(self) -> Translator:
+        """The translator this runner calls."""
+        return self._translator
 
-    async def _narrowing(self, texts: list[str], pair: Pair) -> list[Translation | Rejected]:
+    async def run_aligned(
+        self, texts: Sequence[str], pair: Pair, stats: BatchStats
+    ) -> list[AlignedTranslation]:
+        """Translations with attention (the fidelity layer's re-insertion), through the gate.
+
+        Only translators with ``translate_aligned`` (CTranslate2) are asked;
+        a failure here is the engine's: these texts were translated plainly
+        one round before.
+        """
+        aligned = getattr(self._translator, "translate_aligned", None)
+        if aligned is None:
+            raise TransientError("the translator gives no attention")
+        texts = list(texts)
+        began = time.perf_counter()
         try:
-            return list(await self._call(texts, pair))
+            out: list[AlignedTranslation] = await self._through(
+                self._lane.call(lambda: aligned(texts, pair))
+            )
         except Exception as exc:
-            if is_engine_fault(exc):
-                raise TransientError(f"engine failed: {type(exc).__name__}: {exc}") from exc
-            if len(texts) == 1:
-                log.warning("translation failed for one text: %s", exc)
-                return [Rejected(f"{type(exc).__name__}: {exc}")]
-            mid = len(texts) // 2
-            head = await self._narrowing(texts[:mid], pair)
-            tail = await self._narrowing(texts[mid:], pair)
-            return head + tail
+            raise TransientError(f"engine failed with attention: {exc}") from exc
+        stats.engine_seconds += time.perf_counter() - began
+        stats.engine_texts += len(texts)
+        return out
+
+    async def _narrowing(
+        self, prepared: list[Any], pair: Pair, failure: Exception | None = None
+    ) -> list[Translation | Rejected]:
+        """Bisect a failing call (``failure``: its error, already raised) down to the texts."""
+        exc = failure
+        if exc is None:
+            try:
+                return list(await self._lane.translate(prepared, pair, self._through))
+            except Exception as raised:
+                exc = raised
+        if is_engine_fault(exc):
+            raise TransientError(f"engine failed: {type(exc).__name__}: {exc}") from exc
+        if len(prepared) == 1:
+            log.warning("translation failed for one text: %s", exc)
+            return [Rejected(f"{type(exc).__name__}: {exc}")]
+        mid = len(prepared) // 2
+        head = await self._narrowing(prepared[:mid], pair)
+        tail = await self._narrowing(prepared[mid:], pair)
+        return head + tail
+
+    def observe(self, batch: Batch, lengths: Sequence[int]) -> None:
+        """Tell the shaper (adaptive batching) how this micro-batch went."""
+        if self.shaper is None:
+            return
+        self.shaper.observe(
+            submitted_ms=[i.request.submitted_at for i in batch.items if i.request is not None],
+            started_ms=batch.started_at,
+            taken=batch.stats.size,
+            service_s=batch.stats.engine_seconds,
+            lengths=lengths,
+        )
 
     async def _check_canary(self, pair: Pair) -> None:
         try:
-            await self._call([CANARY_TEXT], pair)
+            canary = await self._lane.prepare([CANARY_TEXT], pair)
+            await self._lane.translate(canary, pair, self._through)
         except Exception as exc:
             raise TransientError(
                 f"engine failed a known-good text too: {type(exc).__name__}: {exc}"
@@ -131,11 +216,14 @@ class Translate:
         self._runner = runner
 
     async def __call__(self, batch: Batch) -> None:
-        todo = [item for item in batch.unanswered() if item.request is not None]
-        if not todo or batch.pair is None:
+        if batch.pair is None:
             return
+        todo = [item for item in batch.unanswered() if item.request is not None]
         texts = [item.request.text for item in todo if item.request is not None]
-        outcomes = await self._runner.run(texts, batch.pair, batch.stats)
+        outcomes = await self._runner.run(texts, batch.pair, batch.stats) if todo else []
+        self._runner.observe(
+            batch, [o.input_tokens for o in outcomes if isinstance(o, Translation)]
+        )
         for item, outcome in zip(todo, outcomes, strict=True):
             item.engine_batch_size = len(todo)
             if isinstance(outcome, Rejected):

@@ -25,6 +25,7 @@ class Resolve:
                     cache="window" if item.leader else source.cache,
                     batch_size=source.engine_batch_size,
                     input_tokens=value.input_tokens, output_tokens=value.output_tokens,
+                    **value.extra,
                 )
             else:
                 batch.resolve(

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pipeline.kafka_clients import admin_client
 from pipeline.settings import load_settings
-from pipeline.stack import manager
+from pipeline.stack import layout, manager
 from pipeline.stack.manager import Endpoints
+from pipeline.stack.topics import TopicSpec, ensure_topics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -30,7 +32,7 @@ def _report(line: str) -> None:
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Endpoints]:
     """The running local stack, started if needed (shared by the whole session)."""
-    settings = load_settings()
+    settings = layout.with_layout(load_settings())
     ours_before = {s.name for s in manager.status(settings) if s.pid is not None}
     manager.up(settings, _report)
     yield manager.endpoints(settings)
@@ -41,17 +43,18 @@ def stack() -> Iterator[Endpoints]:
 
 @pytest.fixture
 def new_topic(stack: Endpoints, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
-    """Factory for a fresh, uniquely named topic (deleted after the test)."""
-    from kafka import KafkaAdminClient
+    """Factory for a fresh, uniquely named topic (deleted after the test).
 
-    admin = KafkaAdminClient(bootstrap_servers=stack.bootstrap_servers)
+    Created like every project topic: replication and min ISR from settings.
+    """
+    kafka = stack.settings.kafka
+    admin = admin_client(kafka, "tests")
     created: list[str] = []
 
     def make(partitions: int = 3) -> str:
         name = re.sub(r"[^A-Za-z0-9._-]", "-",
                       f"test.{request.node.name[:60]}.{uuid.uuid4().hex[:8]}")
-        admin.create_topics({name: {"num_partitions": partitions, "replication_factor": 1}},
-                            wait_for_metadata=True)
+        ensure_topics(kafka, {name: TopicSpec(partitions)})
         created.append(name)
         return name
 
@@ -76,6 +79,9 @@ def spark(stack: Endpoints) -> Iterator[SparkSession]:
         .config("spark.driver.memory", "512m")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "1")
+        # drop idle cached Kafka producers soon: a test stack they wrote to may be gone
+        .config("spark.kafka.producer.cache.timeout", "20s")
+        .config("spark.kafka.producer.cache.evictorThreadRunInterval", "5s")
         .getOrCreate()
     )
     yield session

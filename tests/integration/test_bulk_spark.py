@@ -18,6 +18,7 @@ import pytest
 from kafka import KafkaProducer
 
 from pipeline.bulk.assemble import SegmentOutcome, assemble_table
+from pipeline.kafka_clients import kafka_python_options
 from pipeline.messages import TranslationRequest, TranslationResult
 from pipeline.pairs import Pair
 from pipeline.settings import Settings, load_settings
@@ -85,7 +86,7 @@ def test_spark_submit_and_assemble_match_the_cli(
     assert sorted(r.request_id for r in requests) == sorted(t.request_id for t in tasks)
 
     # Play the worker: upper-case translations, an error for the FAIL sentence.
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers)
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "tests"))
     outcomes: dict[str, SegmentOutcome] = {}
     for request in requests:
         failed = "FAIL" in request.text

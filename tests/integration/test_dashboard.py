@@ -1,9 +1,12 @@
 """The SLA dashboard in real headless Chromium, fed by SlaWindow records on real Kafka.
 
-``babelstream dashboard`` runs as a subprocess on a test-unique SLA topic;
-Chromium loads it and is driven over the DevTools protocol. Assertions are
-on what the page charts (Chart.js datasets and their rendered points) and on
-the table rendered alongside; a screenshot is kept under ``artifacts/``.
+``babelstream dashboard`` runs as a subprocess on test-unique SLA and late
+topics; Chromium loads it and is driven over the DevTools protocol. Assertions
+are on what the page charts (Chart.js datasets and their rendered points) and
+on the table rendered alongside; a screenshot is kept under ``artifacts/``.
+Without a browser: the first paint (server-rendered HTML) shows the windows
+the server has, a client that closes its event stream leaves no ERROR in
+the log, and the server listens on loopback only.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from kafka import KafkaProducer
 
-from pipeline.messages import SlaWindow
+from pipeline.kafka_clients import kafka_python_options
+from pipeline.messages import LateResult, SlaWindow
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from tests.integration.browser import Chromium, DevToolsPage, chromium_binary
 
@@ -45,7 +50,9 @@ def window(pair: str, index: int, *, count: int, p95: float, p99: float,
     return SlaWindow(
         pair=pair, window_start=start, window_end=start + 10_000, count=count,
         p50_ms=p95 / 2, p95_ms=p95, p99_ms=p99, timeout_ratio=timeouts, error_ratio=0.0,
-        cache_hit_ratio=hits,
+        cache_hit_ratio=hits, objectives={"timeout_ratio": 0.01},
+        met={"timeout_ratio": timeouts <= 0.01}, burn_rate_1h=timeouts / 0.01,
+        burn_rate_6h=timeouts / 0.02,
     )
 
 
@@ -60,15 +67,26 @@ def sla_topic(new_topic: Callable[..., str]) -> str:
 
 
 @pytest.fixture
-def dashboard(sla_topic: str, stack: object) -> Iterator[int]:
+def late_topic(new_topic: Callable[..., str]) -> str:
+    return new_topic(partitions=1)
+
+
+@pytest.fixture
+def dashboard_log(tmp_path: Path) -> Path:
+    return tmp_path / "dashboard.log"
+
+
+@pytest.fixture
+def dashboard_proc(sla_topic: str, late_topic: str, stack: object,
+                   dashboard_log: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     port = free_port()
-    log_path = PROJECT_ROOT / "var" / "log" / "test-dashboard.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = dashboard_log
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "dashboard", "--port", str(port),
+            [sys.executable, "-m", "pipeline", "-vv", "dashboard", "--port", str(port),
              "--topic", sla_topic],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "BABELSTREAM_SLA__LATE_TOPIC": late_topic},
         )
     try:
         deadline = time.monotonic() + 60
@@ -81,7 +99,7 @@ def dashboard(sla_topic: str, stack: object) -> Iterator[int]:
                 pass
             assert time.monotonic() < deadline, f"dashboard not ready; see {log_path}"
             time.sleep(0.2)
-        yield port
+        yield port, proc
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -89,6 +107,11 @@ def dashboard(sla_topic: str, stack: object) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+@pytest.fixture
+def dashboard(dashboard_proc: tuple[int, subprocess.Popen[bytes]]) -> int:
+    return dashboard_proc[0]
 
 
 @pytest.fixture
@@ -109,10 +132,11 @@ def chromium(tmp_path: Path) -> Iterator[Callable[[str], Chromium]]:
         browser.stop()
 
 
-def produce(settings: Settings, topic: str, records: list[SlaWindow | bytes]) -> None:
-    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap_servers, acks="all")
+def produce(settings: Settings, topic: str,
+            records: list[SlaWindow | LateResult | bytes]) -> None:
+    producer = KafkaProducer(**kafka_python_options(settings.kafka, "tests"), acks="all")
     for record in records:
-        if isinstance(record, SlaWindow):
+        if isinstance(record, SlaWindow | LateResult):
             producer.send(topic, key=record.pair.encode(), value=record.to_json())
         else:
             producer.send(topic, key=b"junk", value=record)
@@ -197,6 +221,8 @@ def test_dashboard_charts_sla_windows(
     assert enxa["throughput"][0]["y"] == [40, 57, 61]
     assert enxa["timeouts"][0]["y"] == [0.0, 0.02, 0.05]
     assert enxa["cache"][0]["y"] == [0.5, 0.6, 0.7]
+    assert {d["label"]: d["y"] for d in enxa["burn"]} == {
+        "1 h": [0.0, 2.0, 5.0], "6 h": [0.0, 1.0, 2.5]}
     for datasets in enxa.values():
         for dataset in datasets:
             assert dataset["rendered"] == 3  # Chart.js drew a point per window
@@ -212,3 +238,60 @@ def test_dashboard_charts_sla_windows(
     screenshot = ARTIFACTS / "dashboard.png"
     assert screenshot.stat().st_size > 10_000
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def wait_for_records(port: int, records: int, late_records: int = 0) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        state = health(port)
+        if state["records"] >= records and state["late_records"] >= late_records:
+            return
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
+
+
+def test_first_paint_shows_the_windows_the_server_has(
+        dashboard: int, sla_topic: str, late_topic: str) -> None:
+    settings = load_settings()
+    produce(settings, sla_topic, [window("en_en-XA", 0, count=40, p95=120, p99=180),
+                                  window("en_en-XA", 1, count=55, p95=140, p99=260,
+                                         timeouts=0.02)])
+    produce(settings, late_topic, [LateResult(
+        request_id=f"late-{i}", pair="en_en-XA", priority="interactive", status="ok",
+        latency_ms=9, completed_at=T0 + 11_000, window_start=T0 + 10_000,
+        window_end=T0 + 20_000, watermark=T0 + 40_000, late_by_ms=29_000) for i in range(3)])
+    wait_for_records(dashboard, 2, 3)
+    with urllib.request.urlopen(f"http://127.0.0.1:{dashboard}/", timeout=5) as response:
+        page = response.read().decode()
+    assert 'id="empty"' not in page
+    section = page.split('id="pair-en_en-XA"', 1)[1].split("</section>", 1)[0]
+    rows = section.split("<tr data-window-start=")[1:]
+    assert [row.split('data-count="')[1].split('"')[0] for row in rows] == ["55", "40"]
+    assert "<td>3</td>" in rows[0], "late rows of the newest window"
+    assert 'data-window-count="2"' in page
+
+
+def test_a_closed_event_stream_is_no_error(
+        dashboard_proc: tuple[int, subprocess.Popen[bytes]], sla_topic: str,
+        dashboard_log: Path) -> None:
+    port, proc = dashboard_proc
+    settings = load_settings()
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+            received = b""
+            while b"event: snapshot" not in received:
+                chunk = sock.recv(65536)
+                assert chunk, f"stream ended before its snapshot: {received!r}"
+                received += chunk
+    # new windows make the server write to the closed streams
+    produce(settings, sla_topic, [window("en_en-XA", i, count=1, p95=1, p99=1)
+                                  for i in range(3)])
+    wait_for_records(port, 3)
+    time.sleep(1.0)
+    log = dashboard_log.read_text(errors="replace")
+    assert "closed by the client" in log, "the closes were seen (DEBUG)"
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    listening = {c.laddr.ip for c in psutil.Process(proc.pid).net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN}
+    assert listening == {"127.0.0.1"}, listening

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.drill.reconcile import ResultTally, committed_lag, reconcile
+from pipeline.drill.reconcile import ResultTally, committed_lag, reconcile, wait_committed
 from pipeline.drill.traffic import PacedTraffic
 from pipeline.local_worker import WorkerProcess
 from pipeline.messages import now_ms
@@ -47,15 +47,6 @@ def worker(settings: Settings) -> Iterator[WorkerProcess]:
     w.stop()
 
 
-def _wait_lag_zero(settings: Settings, topics: list[str], bound_s: float) -> dict[str, int]:
-    deadline = time.monotonic() + bound_s
-    lag = committed_lag(settings.kafka, GROUP, topics)
-    while any(lag.values()) and time.monotonic() < deadline:
-        time.sleep(1)
-        lag = committed_lag(settings.kafka, GROUP, topics)
-    return lag
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
 def test_restart_under_traffic_loses_nothing(
     settings: Settings, worker: WorkerProcess, sig: signal.Signals
@@ -79,7 +70,7 @@ def test_restart_under_traffic_loses_nothing(
         fault_end = now_ms()
         acked = dict(traffic.acked)
         tally.wait_for(acked, RESULT_BOUND_S)
-        lag = _wait_lag_zero(settings, input_topics, COMMIT_BOUND_S)
+        lag = wait_committed(settings.kafka, GROUP, input_topics, COMMIT_BOUND_S)
         results = tally.snapshot()
     report = reconcile(acked, results, (fault_start, fault_end))
     # the replacement is back in service: its first result of any request

@@ -17,6 +17,7 @@ import pytest
 from pipeline.stack import manager
 from pipeline.stack.manager import Endpoints
 from pipeline.stack.topics import topic_specs
+from tests.integration.helpers import spark_kafka_round_trip
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,9 +66,9 @@ def test_topics_have_configured_partitions(stack: Endpoints) -> None:
 
 
 def test_redis_ping(stack: Endpoints) -> None:
-    import redis
+    from pipeline.redis_client import redis_client
 
-    client = redis.Redis.from_url(stack.redis_url)
+    client = redis_client(stack.settings.redis)
     key = f"test:{uuid.uuid4().hex}"
     client.set(key, "ok", ex=10)
     assert client.get(key) == b"ok"
@@ -161,15 +162,4 @@ def test_spark_kafka_round_trip(
 ) -> None:
     """Spark writes with its Kafka sink and reads back with its Kafka source (batch)."""
     topic, sent = new_topic(), _messages("spark")
-    frame = spark.createDataFrame(list(sent.items()), "key string, value string")
-    (frame.write.format("kafka")
-     .option("kafka.bootstrap.servers", stack.bootstrap_servers)
-     .option("topic", topic).save())
-    rows = (spark.read.format("kafka")
-            .option("kafka.bootstrap.servers", stack.bootstrap_servers)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
-            .collect())
-    assert {row.key: row.value for row in rows} == sent
+    assert spark_kafka_round_trip(spark, stack.settings.kafka, topic, sent) == sent

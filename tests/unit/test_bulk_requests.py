@@ -17,6 +17,7 @@ from pipeline.bulk.requests import (
 from pipeline.digest import content_digest
 from pipeline.messages import TranslationRequest
 from pipeline.pairs import Pair
+from pipeline.routing import request_digest
 
 PAIR = Pair("en", "en-XA")
 
@@ -64,10 +65,26 @@ def test_records_are_keyed_by_content_digest_like_the_router() -> None:
                                tenant="t")
     request = template.request("doc", 3, "Hello.", submitted_at=1000)
     key, value = template.record(request)
-    assert key.decode() == content_digest(model_id="m", source_lang="en", target_lang="en-XA",
-                                          text="Hello.", tenant="t")
+    assert key.decode() == request_digest(request, "m")
+    assert key.decode() != content_digest(model_id="m", source_lang="en", target_lang="en-XA",
+                                          text="Hello.", tenant="other")
     sent = json.loads(value)
     assert sent["request_id"] == request_id("job", "doc", 3)
     assert (sent["job_id"], sent["doc_id"], sent["segment_index"]) == ("job", "doc", 3)
     assert sent["timeout_ms"] == 60_000
     assert TranslationRequest.from_json(value).is_bulk
+
+
+def test_markup_jobs_carry_format_and_glossary_and_get_their_own_id() -> None:
+    template = RequestTemplate(job_id="job", pair=PAIR, model_id="m", timeout_ms=60_000,
+                               tenant="t", text_format="html", glossary="brand")
+    request = template.request("doc", 0, "<p>Hello</p>", submitted_at=1000)
+    assert (request.format, request.glossary) == ("html", "brand")
+    plain = RequestTemplate(job_id="job", pair=PAIR, model_id="m", timeout_ms=60_000, tenant="t")
+    plain_request = plain.request("doc", 0, "<p>Hello</p>", submitted_at=1000)
+    assert "format" not in json.loads(plain_request.to_json())
+    assert template.record(request)[0] != plain.record(plain_request)[0]
+    common = {"id_column": None, "text_column": "text", "tenant": "t", "domain": None}
+    assert default_job_id(["a"], PAIR, **common) != default_job_id(
+        ["a"], PAIR, **common, text_format="html"
+    )

@@ -103,3 +103,16 @@ def test_reassembly_property(text: str, max_bytes: int) -> None:
     assert all(s.text and s.text == s.text.strip() for s in seg.segments)
     assert all(len(s.text.encode()) <= max_bytes for s in seg.segments)
     assert not seg.tail.strip()
+
+
+def test_markup_documents_are_one_segment_and_size_checked() -> None:
+    from pipeline.bulk import BulkError
+    from pipeline.bulk.segmenter import segment_for_format
+
+    doc = "\n  <p>One. Two.</p>\n<p>Three.</p>  \n"
+    seg = segment_for_format(doc, "html", 1024)
+    assert [s.text for s in seg.segments] == ["<p>One. Two.</p>\n<p>Three.</p>"]
+    assert seg.source() == doc
+    assert len(segment_for_format(doc, "text", 1024).segments) == 3
+    with pytest.raises(BulkError, match="request limit"):
+        segment_for_format(doc, "markdown", 10)

@@ -9,12 +9,11 @@ from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
 
 from pipeline.settings import PROJECT_ROOT, ObservabilitySettings, Settings
+from tests.unit.settings_keys import PREFIX, assert_setting_key
 
 COMPOSE = PROJECT_ROOT / "docker-compose.yml"
-PREFIX = "BABELSTREAM_"
 
 
 def compose_config_command() -> list[str] | None:
@@ -75,14 +74,8 @@ def test_services_use_the_cli_settings_variables(compose: dict[str, Any]) -> Non
         env = environment(service)
         assert env.get("BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS") == "kafka:19092", name
         for key in env:
-            if not key.startswith(PREFIX) or key == "BABELSTREAM_CONFIG":
-                continue
-            section, sep, field = key[len(PREFIX):].lower().partition("__")
-            assert sep, f"{name}: {key} is not BABELSTREAM_<SECTION>__<FIELD>"
-            assert section in Settings.model_fields, f"{name}: no settings section {section}"
-            model = Settings.model_fields[section].annotation
-            assert isinstance(model, type) and issubclass(model, BaseModel)
-            assert field in model.model_fields, f"{name}: {key} is not a setting"
+            if key.startswith(PREFIX) and key != "BABELSTREAM_CONFIG":
+                assert_setting_key(key, name)
 
 
 def test_service_environments_load_as_settings(

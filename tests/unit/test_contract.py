@@ -15,8 +15,10 @@ from pipeline.messages import (
     MESSAGE_TYPES,
     CancelRequest,
     DeadLetter,
+    LateResult,
     ReplayMarker,
     SlaWindow,
+    Tick,
     TranslationRequest,
     TranslationResult,
     dump_schema,
@@ -69,6 +71,17 @@ SLA = {
     "timeout_ratio": 0.1,
     "error_ratio": 0.0,
     "cache_hit_ratio": 1,
+}
+SLA_V2 = {
+    **SLA, "schema_version": 2, "priority": "bulk", "cancel_ratio": 0.0, "rejected_ratio": 0.1,
+    "duplicates": 3, "objectives": {"p95_ms": 1000.0, "timeout_ratio": 0.01},
+    "met": {"p95_ms": True, "timeout_ratio": False}, "burn_rate_1h": 2.5, "burn_rate_6h": 0.4,
+}
+TICK = {"worker": "worker-1", "pair": "en_de", "emitted_at": 1_700_000_000_000}
+LATE = {
+    "request_id": "r-1", "pair": "en_de", "priority": "interactive", "status": "ok",
+    "latency_ms": 40, "completed_at": 1_700_000_004_000, "window_start": 1_700_000_000_000,
+    "window_end": 1_700_000_005_000, "watermark": 1_700_000_009_000, "late_by_ms": 5000,
 }
 
 
@@ -130,16 +143,31 @@ CASES: list[tuple[type, dict[str, Any], bool]] = [
     (ReplayMarker, with_(MARKER, rewritten=True), True),
     (ReplayMarker, with_(MARKER, dead_letter_id=""), False),
     (ReplayMarker, with_(MARKER, replayed_at=-1), False),
+    (SlaWindow, with_(SLA, schema_version=1), True),  # what the job wrote before v2
+    (SlaWindow, SLA_V2, True),
+    (SlaWindow, with_(SLA_V2, schema_version=3), False),
+    (SlaWindow, with_(SLA_V2, priority="batch"), False),
+    (SlaWindow, with_(SLA_V2, duplicates=-1), False),
+    (SlaWindow, with_(SLA_V2, met={"p95_ms": "yes"}), False),
+    (SlaWindow, with_(SLA_V2, burn_rate_1h=None), True),
+    (SlaWindow, with_(SLA_V2, cancel_ratio=1.2), False),
+    (Tick, TICK, True),
+    (Tick, with_(TICK, emitted_at=...), False),
+    (Tick, with_(TICK, worker=""), False),
+    (LateResult, LATE, True),
+    (LateResult, with_(LATE, status="cancelled"), True),
+    (LateResult, with_(LATE, late_by_ms=-5), False),
+    (LateResult, with_(LATE, watermark=...), False),
 ]
 
 
 def load_schema(model: type) -> dict[str, Any]:
-    return json.loads(schema_path(SCHEMA_DIR, model.schema_name).read_text())
+    return json.loads(schema_path(SCHEMA_DIR, model.schema_name, model.wire_version).read_text())
 
 
 @pytest.mark.parametrize("model", MESSAGE_TYPES, ids=lambda m: m.__name__)
 def test_committed_schema_matches_models(model: type) -> None:
-    path: Path = schema_path(SCHEMA_DIR, model.schema_name)
+    path: Path = schema_path(SCHEMA_DIR, model.schema_name, model.wire_version)
     assert path.read_text() == dump_schema(model), "run `babelstream schemas export`"
 
 

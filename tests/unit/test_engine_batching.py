@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.engine.batching import TokenBudgetBatcher, restore_order
+from pipeline.engine.costs import CostModel
 
 lengths_st = st.lists(st.integers(min_value=0, max_value=300), max_size=200)
 
@@ -65,3 +66,94 @@ def test_empty_and_invalid_input():
         restore_order([(0, 1)], [["a"]])
     with pytest.raises(ValueError):
         restore_order([(0,), (0,)], [["a"], ["b"]])
+
+
+# --- cost-based cut points -------------------------------------------------
+
+
+def _brute_force(sorted_lengths, allowed, seconds):
+    """Every way to cut the sorted run (2^(n-1)); the cheapest allowed one."""
+    n = len(sorted_lengths)
+    best = (float("inf"), None)
+    for mask in range(1 << max(n - 1, 0)):
+        cuts = [i + 1 for i in range(n - 1) if mask >> i & 1] + [n]
+        total, start, ok = 0.0, 0, True
+        for end in cuts:
+            size, longest = end - start, sorted_lengths[end - 1]
+            if not allowed(size, longest):
+                ok = False
+                break
+            total += seconds(size, longest)
+            start = end
+        if ok and total < best[0] - 1e-12:
+            best = (total, cuts)
+    return best
+
+
+costs_st = st.builds(
+    CostModel,
+    per_call_s=st.floats(0.0, 1.0),
+    per_step_s=st.floats(0.0, 0.1),
+    per_token_s=st.floats(0.001, 0.01),
+)
+
+
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=10),
+    cost=costs_st,
+    budget=st.integers(1, 400),
+    max_size=st.none() | st.integers(1, 6),
+    max_call_s=st.none() | st.floats(0.05, 5.0),
+)
+def test_cut_points_match_brute_force(lengths, cost, budget, max_size, max_call_s):
+    batcher = TokenBudgetBatcher(budget, max_size, cost=cost, max_call_s=max_call_s)
+    plan = batcher.plan(lengths)
+    best, _ = _brute_force(sorted(lengths), batcher._allowed, cost.seconds)
+    assert plan.estimated_s == pytest.approx(best, rel=1e-9, abs=1e-12)
+    for sub in plan.sub_batches:
+        assert batcher._allowed(len(sub.indices), sub.max_len)
+
+
+def test_cheap_calls_cut_at_the_length_jump():
+    # 4 short, 2 long: one call each side of the jump beats padding the short ones
+    cost = CostModel(per_call_s=0.01, per_step_s=0.0, per_token_s=0.001)
+    plan = TokenBudgetBatcher(10_000, cost=cost).plan([2, 50, 2, 3, 50, 2])
+    assert [sorted(b) for b in plan.batches] == [[0, 2, 3, 5], [1, 4]]
+    # 4*3 + 2*50 padded for 109 real tokens
+    assert plan.padded_tokens == 112
+    assert plan.estimated_s == pytest.approx(2 * 0.01 + 0.001 * 112)
+
+
+def test_expensive_calls_keep_one_batch():
+    # a call costs as much as 1000 padded tokens: padding the short ones is cheaper
+    cost = CostModel(per_call_s=1.0, per_step_s=0.0, per_token_s=0.001)
+    plan = TokenBudgetBatcher(10_000, cost=cost).plan([2, 50, 2, 3, 50, 2])
+    assert len(plan.batches) == 1
+    assert plan.padding_ratio == pytest.approx((300 - 109) / 300)
+
+
+def test_per_step_cost_counts_the_longest_member():
+    # per-step cost makes a short extra call cheap (few steps): 8 at 4 and 2 at 40.
+    # one call: 40 steps + 10*40 tokens; two: 4 + 8*4 and 40 + 2*40 (+ 2 calls)
+    cost = CostModel(per_call_s=0.05, per_step_s=0.01, per_token_s=0.001)
+    lengths = [4] * 8 + [40, 40]
+    plan = TokenBudgetBatcher(10_000, cost=cost).plan(lengths)
+    assert [len(b) for b in plan.batches] == [8, 2]
+    one_call = cost.seconds(10, 40)
+    assert plan.estimated_s == pytest.approx(cost.seconds(8, 4) + cost.seconds(2, 40))
+    assert plan.estimated_s < one_call
+
+
+def test_max_call_seconds_bounds_each_call():
+    cost = CostModel(per_call_s=0.001, per_step_s=0.0, per_token_s=0.001)
+    plan = TokenBudgetBatcher(10_000, cost=cost, max_call_s=0.05).plan([10] * 12)
+    # 4 sequences of 10 tokens = 41 ms, 5 would be 51 ms: three calls of 4
+    assert [len(b) for b in plan.batches] == [4, 4, 4]
+    assert all(sub.estimated_s <= 0.05 for sub in plan.sub_batches)
+
+
+def test_padding_per_sub_batch():
+    cost = CostModel(per_call_s=0.01, per_step_s=0.0, per_token_s=0.001)
+    plan = TokenBudgetBatcher(10_000, cost=cost).plan([2, 4, 40, 40])
+    ratios = [sub.padding_ratio for sub in plan.sub_batches]
+    assert ratios == [pytest.approx(2 / 8), 0.0]

@@ -52,3 +52,22 @@ def test_sentence_over_limit_splits_between_words_then_characters():
     assert [p.core for p in pieces] == ["alpha beta", "gamma"]
     pieces = split_text("abcdefghij", chars, 4)
     assert [p.core for p in pieces] == ["abcd", "efgh", "ij"]
+
+
+def test_long_sentence_costs_few_counts():
+    # 3,000 words in one sentence: one count per word on an ever longer string
+    # was quadratic work; galloping needs a few counts per piece
+    text = " ".join(f"w{i % 97}" for i in range(3000))
+    calls = []
+
+    def counting(s: str) -> int:
+        calls.append(len(s))
+        return len(s)
+
+    pieces = split_text(text, counting, 200)
+    assert joined(pieces) == text
+    assert all(len(p.core) <= 200 for p in pieces)
+    # same pieces as greedy filling: every piece but the last is full up to a word
+    assert all(len(p.core) + 1 + 4 > 200 for p in pieces[:-1])
+    assert len(calls) < 20 * len(pieces)
+    assert sum(calls) < 40 * len(text)  # characters counted: linear in the text, not quadratic

@@ -60,7 +60,7 @@ def test_empty_text_gives_empty_translation_without_the_model(translator, monkey
     def boom(*args, **kwargs):
         raise AssertionError("the model must not be called for empty text")
 
-    monkeypatch.setattr(translator, "_run", boom)
+    monkeypatch.setattr(translator, "run", boom)
     assert translator.translate_batch(["", "   "], EN_XA) == [
         Translation("", 0, 0),
         Translation("", 0, 0),

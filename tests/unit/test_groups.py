@@ -49,6 +49,9 @@ def test_a_faust_member_with_its_url_and_project_partitions() -> None:
 def test_a_plain_consumer_has_no_url() -> None:
     raw = {**FAUST_MEMBER, "member_metadata": b"\x00\x01garbage"}
     assert _member(raw).url is None
+    # kafka-python decodes a plain kafka-python consumer's subscription into a dict
+    decoded = {**FAUST_MEMBER, "member_metadata": {"topics": ["x"], "user_data": ""}}
+    assert _member(decoded).url is None
 
 
 def test_pairs_and_serving() -> None:

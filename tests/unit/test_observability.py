@@ -16,6 +16,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from pipeline import metrics
 from pipeline.cache import RedisCache
+from pipeline.engine.adaptive import AdaptiveBatching, ControllerLimits
+from pipeline.engine.costs import CostModel
 from pipeline.messages import TranslationResult
 from pipeline.settings import PROJECT_ROOT, ObservabilitySettings, RedisSettings, Settings
 from pipeline.steps.base import BatchStats
@@ -65,6 +67,9 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
                        engine_input_tokens=10, engine_output_tokens=20, attempts=3)
     metrics.record_batch("en_de", stats, [result(), result("timeout", None)], 0.6)
     metrics.record_route("routed")
+    metrics.record_engine_call("en_de", "interactive", 0.04, 0.2)
+    controller = AdaptiveBatching(ControllerLimits(p95_ms=500), CostModel(0.01, 0.0, 1e-4))
+    metrics.set_batching_state("en_de", controller.state)
     metrics.set_committed_lag("babelstream", {("translate.requests.en_de", 0): 7})
     metrics.set_worker_ready(True)
     cache = RedisCache(RedisSettings(), client=_FailingRedis())  # type: ignore[arg-type]
@@ -91,6 +96,9 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
     assert re.search(r'^babelstream_batch_retries_total\{pair="en_de"\} 2\.0$', text, re.M)
     assert re.search(r'^babelstream_engine_tokens_per_second\{pair="en_de"\} 40\.0$', text, re.M)
     assert re.search(r"^babelstream_cache_errors_total 1\.0$", text, re.M)
+    assert 'babelstream_engine_padding_ratio_count{pair="en_de"} 1.0' in text
+    assert re.search(r'^babelstream_batching_knob\{knob="max_messages",pair="en_de"\} '
+                     rf'{controller.knobs.max_messages}\.0$', text, re.M)
     # every exposed babelstream metric is declared in pipeline.metrics
     exposed = set(re.findall(r"^# TYPE (babelstream_\w+) (?:counter|histogram|gauge)$", text,
                              re.M))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pipeline.commands.bench_sla import bench_pair, report, synthetic_results
+from pipeline.commands.bench_sla import bench_pair, report, run_report, synthetic_results
 from pipeline.messages import TranslationResult
 from pipeline.settings import Settings
 from pipeline.sla import BatchStat, RunSummary
@@ -20,16 +20,32 @@ def test_synthetic_results_follow_the_contract() -> None:
     assert list(synthetic_results(5, 2, 10)) == list(synthetic_results(5, 2, 10)), "seeded"
 
 
+def test_synthetic_duplicates_repeat_a_share_of_the_records() -> None:
+    documents = list(synthetic_results(2000, 4, rate=100, duplicates=0.2))
+    ids = [TranslationResult.from_json(doc).request_id for doc in documents]
+    assert len(set(ids)) == 2000
+    assert 300 < len(ids) - 2000 < 500
+    repeated = [i for i in range(1, len(ids)) if ids[i] == ids[i - 1]]
+    assert len(repeated) == len(ids) - 2000, "each copy right after its original"
+
+
 def test_bench_pairs_are_valid_pair_ids() -> None:
     assert [bench_pair(i) for i in (0, 1, 26, 675)] == ["en_xaa", "en_xab", "en_xba", "en_xzz"]
 
 
-def test_report_is_json_with_settings() -> None:
-    summary = RunSummary((BatchStat(0, 900, 1000), BatchStat(1, 1100, 500)), windows=8,
-                         wall_s=20.0)
-    doc = report(Settings(), summary, {"results": 2000})
-    assert doc["results_per_s"] == 1333 and doc["warm_results_per_s"] == 2200
-    assert doc["input_batches"] == [[900, 1000], [1100, 500]]
+def test_report_is_json_with_settings_and_the_ratio() -> None:
+    settings = Settings()
+    full = run_report(settings, RunSummary((BatchStat(0, 900, 1000), BatchStat(1, 1100, 500)),
+                                           windows=8, wall_s=20.0), [])
+    baseline = run_report(settings, RunSummary((BatchStat(0, 1000, 500),
+                                                BatchStat(1, 1000, 400)), windows=8,
+                                               wall_s=15.0), [])
+    assert full["results_per_s"] == 1333 and full["warm_results_per_s"] == 2200
+    assert full["input_batches"] == [[900, 1000], [1100, 500]]
+    doc = report(settings, {"full": full, "baseline": baseline}, {"results": 2000})
+    assert doc["full_vs_baseline_results_per_s"] == round(1333 / 2222, 3)
+    assert doc["full_vs_baseline_warm_results_per_s"] == round(2200 / 2500, 3)
     assert doc["settings"]["window_s"] == 5.0 and doc["settings"]["master"] == "local[2]"
+    assert doc["settings"]["state_store"] == "hdfs"
     assert doc["results"] == 2000
     json.dumps(doc)

@@ -1,4 +1,5 @@
-"""Pure parts of the SLA job: durations, thresholds, schema, SlaWindow rows, batch log, idling."""
+"""Pure parts of the SLA job: durations, thresholds, schema, SlaWindow rows (objectives, burn
+rates), late rows, batch log, idling."""
 
 from __future__ import annotations
 
@@ -11,45 +12,65 @@ import jsonschema
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.messages import SlaWindow, TranslationResult
-from pipeline.settings import PROJECT_ROOT
+from pipeline.messages import LateResult, SlaWindow, Tick, TranslationResult
+from pipeline.settings import (
+    PROJECT_ROOT,
+    BulkObjectives,
+    InteractiveObjectives,
+    SlaSettings,
+    SloObjectives,
+)
 from pipeline.sla import (
     RESULT_FIELDS,
+    TICK_FIELDS,
     BatchLog,
     BatchStat,
+    BurnRates,
+    OffsetLog,
     ProgressTracker,
     RunSummary,
+    WindowFigures,
     checkpoint_batches,
     describe,
+    input_rows,
+    objectives_met,
     parse_duration,
     parse_thresholds,
     result_schema_ddl,
     spark_interval,
+    to_late_result,
     to_sla_window,
 )
 
 ROW: dict[str, Any] = {
-    "pair": "en_de",
+    "series": "en_de",
+    "priority": "interactive",
     "window_start": 1_700_000_000_000,
     "window_end": 1_700_000_005_000,
     "count": 40,
+    "received": 43,
     "percentiles": [120, 480, 990],
-    "timeout_ratio": 0.075,
-    "error_ratio": 0.025,
-    "cache_hit_ratio": 0.5,
+    "timeouts": 3,
+    "errors": 1,
+    "cache_hits": 20,
+    "cancelled": 2,
+    "rejected": 0,
+    "sketch": bytearray(b"kll"),
 }
+SLA = SlaSettings(objectives=InteractiveObjectives(p95_ms=500, p99_ms=900, timeout_ratio=0.05,
+                                                  error_ratio=None))
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("5s", 5.0), ("500ms", 0.5), ("1.5m", 90.0), ("2h", 7200.0), ("30", 30.0), (" 10 s ", 10.0),
-     ("0s", 0.0)],
+     ("0s", 0.0), ("30d", 2_592_000.0)],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "s", "5 sec", "-5s", "5d", "1e3s", "five"])
+@pytest.mark.parametrize("text", ["", "s", "5 sec", "-5s", "5w", "1e3s", "five"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ConfigError, match="invalid duration"):
         parse_duration(text)
@@ -84,48 +105,166 @@ def test_parse_thresholds_rejects(item: str) -> None:
 
 
 def _python_type(annotation: Any) -> type:
-    """``str`` for ``str``, ``Literal["a", "b"]`` and ``Literal[...] | None``; ``int`` alike."""
+    """``str`` for ``str``, ``Literal["a", "b"]``, ``Annotated[str, ...] | None``; ``int`` alike."""
     options = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is not typing.Literal and options:
         (annotation,) = options
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) is typing.Literal:
         return type(typing.get_args(annotation)[0])
     return annotation
 
 
-def test_result_fields_match_translation_result() -> None:
-    """The job's explicit schema is a subset of the contract, with matching types."""
+@pytest.mark.parametrize(("fields", "model"), [(RESULT_FIELDS, TranslationResult),
+                                                (TICK_FIELDS, Tick)])
+def test_parsed_fields_match_the_contract(fields: dict[str, str], model: type) -> None:
+    """The job's explicit schemas are subsets of the contract, with matching types."""
     spark_types = {int: "BIGINT", str: "STRING"}
-    fields = TranslationResult.model_fields
-    assert {name: spark_types[_python_type(fields[name].annotation)] for name in RESULT_FIELDS} \
-        == RESULT_FIELDS
-    assert {"pair", "status", "completed_at", "latency_ms"} <= {
-        name for name, info in fields.items() if info.is_required()}
-    assert result_schema_ddl().startswith("pair STRING, status STRING, ")
+    declared = model.model_fields
+    assert {name: spark_types[_python_type(declared[name].annotation)] for name in fields} \
+        == fields
+    assert result_schema_ddl().startswith("request_id STRING, pair STRING, status STRING, ")
+
+
+def _window(row: dict[str, Any] | None = None, sla: SlaSettings = SLA,
+            burn: BurnRates | None = None) -> SlaWindow:
+    return to_sla_window(WindowFigures.from_row(row or ROW), sla, burn or BurnRates())
 
 
 def test_to_sla_window_matches_the_json_schema() -> None:
-    window = to_sla_window(ROW)
-    assert window == SlaWindow(pair="en_de", window_start=1_700_000_000_000,
-                               window_end=1_700_000_005_000, count=40, p50_ms=120.0,
-                               p95_ms=480.0, p99_ms=990.0, timeout_ratio=0.075,
-                               error_ratio=0.025, cache_hit_ratio=0.5)
+    window = _window()
+    assert window == SlaWindow(
+        pair="en_de", priority="interactive", window_start=1_700_000_000_000,
+        window_end=1_700_000_005_000, count=40, p50_ms=120.0, p95_ms=480.0, p99_ms=990.0,
+        timeout_ratio=0.075, error_ratio=0.025, cache_hit_ratio=0.5, cancel_ratio=0.05,
+        rejected_ratio=0.0, duplicates=3,
+        objectives={"p95_ms": 500.0, "p99_ms": 900.0, "timeout_ratio": 0.05},
+        met={"p95_ms": True, "p99_ms": False, "timeout_ratio": False},
+        burn_rate_1h=0.075 / 0.05, burn_rate_6h=0.075 / 0.05,
+    )
     document = json.loads(window.to_json())
-    schema = json.loads((PROJECT_ROOT / "schemas" / "sla_window.v1.schema.json").read_text())
+    schema = json.loads((PROJECT_ROOT / "schemas" / "sla_window.v2.schema.json").read_text())
     jsonschema.validate(document, schema)
     assert isinstance(document["p50_ms"], float)
     assert SlaWindow.from_json(window.to_json()) == window
+    assert WindowFigures.from_row(ROW).sketch == b"kll"
 
 
-def test_to_sla_window_rejects_a_ratio_above_one() -> None:
+def test_bulk_windows_are_held_to_bulk_objectives() -> None:
+    sla = SlaSettings(bulk_objectives=BulkObjectives(timeout_ratio=0.1, min_throughput_per_s=10,
+                                                     error_ratio=None))
+    window = _window({**ROW, "priority": "bulk"}, sla)
+    assert window.objectives == {"timeout_ratio": 0.1, "min_throughput_per_s": 10.0}
+    # 40 results in 5 s = 8/s, under the 10/s objective
+    assert window.met == {"timeout_ratio": True, "min_throughput_per_s": False}
+    assert window.burn_rate_1h == pytest.approx(0.75)
+
+
+def test_pair_objectives_override_the_defaults() -> None:
+    sla = SlaSettings(objectives=InteractiveObjectives(p95_ms=100, timeout_ratio=0.5, p99_ms=None,
+                                                       error_ratio=None),
+                      pair_objectives={"en_de": SloObjectives(p95_ms=600)})
+    assert sla.objectives_for("en_de", "interactive").targets() == {
+        "p95_ms": 600.0, "timeout_ratio": 0.5}
+    assert sla.objectives_for("de_en", "interactive").targets() == {
+        "p95_ms": 100.0, "timeout_ratio": 0.5}
+    assert _window(sla=sla).met == {"p95_ms": True, "timeout_ratio": True}
+
+
+def test_without_a_timeout_objective_there_is_no_burn_rate() -> None:
+    window = _window(sla=SlaSettings(objectives=InteractiveObjectives(
+        p95_ms=None, p99_ms=2000, timeout_ratio=None, error_ratio=None)))
+    assert (window.burn_rate_1h, window.burn_rate_6h) == (None, None)
+    assert window.met == {"p99_ms": True}
+
+
+def test_objectives_met_at_the_boundary() -> None:
+    window = _window()
+    assert objectives_met(SloObjectives(p95_ms=480, timeout_ratio=0.075), window) == {
+        "p95_ms": True, "timeout_ratio": True}
+    assert objectives_met(SloObjectives(error_ratio=0.02, min_throughput_per_s=8), window) == {
+        "error_ratio": False, "min_throughput_per_s": True}
+
+
+def test_burn_rates_by_hand() -> None:
+    """Windows every 30 min: the 1 h period holds the window and the one before, 6 h all."""
+    burn = BurnRates(horizons_ms=(3_600_000, 21_600_000))
+    half_hour = 1_800_000
+    figures = [(100, 1), (200, 0), (50, 5), (100, 2)]  # (count, timeouts)
+    for i, (count, timeouts) in enumerate(figures):
+        burn.add("en_de", "interactive", i * half_hour, count, timeouts)
+    end = 3 * half_hour
+    # 1 h: windows ending at 1.0 h and 1.5 h (the one at 0.5 h is exactly 1 h before: out)
+    assert burn.rates("en_de", "interactive", end, 0.01) == pytest.approx(
+        ((5 + 2) / (50 + 100) / 0.01, (1 + 0 + 5 + 2) / (100 + 200 + 50 + 100) / 0.01))
+    assert burn.rates("en_de", "bulk", end, 0.01) == (None, None)
+    burn.add("en_de", "interactive", end, 100, 7)  # a re-run batch replaces the window
+    assert burn.rates("en_de", "interactive", end, 0.01)[0] == pytest.approx(12 / 150 / 0.01)
+
+
+def test_burn_rates_forget_windows_beyond_the_longest_horizon() -> None:
+    burn = BurnRates(horizons_ms=(10, 20))
+    burn.add("p_q", "interactive", 0, 10, 10)
+    burn.add("p_q", "interactive", 30, 10, 0)
+    assert burn.rates("p_q", "interactive", 30, 1.0) == (0.0, 0.0)
+    burn.add("p_q", "interactive", 0, 10, 10)  # put back, then pruned again by a newer one
+    burn.add("p_q", "interactive", 31, 10, 0)
+    assert burn.rates("p_q", "interactive", 40, 1.0) == (0.0, 0.0)
+
+
+def test_to_sla_window_rejects_more_timeouts_than_results() -> None:
     with pytest.raises(ValueError, match="timeout_ratio"):
-        to_sla_window({**ROW, "timeout_ratio": 1.5})
+        _window({**ROW, "timeouts": 60})
 
 
 def test_describe() -> None:
-    line = describe(to_sla_window(ROW))
-    assert line.startswith("en_de        [2023-11-14 22:13:20.000, 2023-11-14 22:13:25.000) n=40")
+    line = describe(_window())
+    assert line.startswith(
+        "en_de        inte [2023-11-14 22:13:20.000, 2023-11-14 22:13:25.000) n=40")
     assert "p95=480ms" in line and "timeout=0.075" in line and "cache_hit=0.500" in line
+    assert line.endswith("dup=3 burn1h=1.50 missed=p99_ms,timeout_ratio")
+
+
+def test_late_result_and_watermark() -> None:
+    row = {"request_id": "r-9", "series": "unsupported", "priority": "interactive",
+           "status": "error", "latency_ms": 12, "completed_at": 1_700_000_001_000,
+           "window_start": 1_700_000_000_000, "window_end": 1_700_000_005_000}
+    late = to_late_result(row, 1_700_000_007_500)
+    assert late == LateResult(request_id="r-9", pair="unsupported", priority="interactive",
+                              status="error", latency_ms=12, completed_at=1_700_000_001_000,
+                              window_start=1_700_000_000_000, window_end=1_700_000_005_000,
+                              watermark=1_700_000_007_500, late_by_ms=6500)
+
+
+def _offsets(folder: Path, batch_id: int, watermark: int, ends: dict[str, dict[str, int]]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"batchWatermarkMs": watermark, "batchTimestampMs": 1, "conf": {}}
+    (folder / str(batch_id)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(ends)}")
+
+
+def test_offset_log_says_which_watermark_judged_each_record(tmp_path: Path) -> None:
+    log = OffsetLog(tmp_path)
+    assert log.ranges() == [] and not log.covers({("res", 0): 0})
+    offsets = tmp_path / "offsets"
+    _offsets(offsets, 0, 0, {"res": {"0": 10, "1": 4}, "ticks": {"0": 1}})
+    _offsets(offsets, 1, 500, {"res": {"0": 25, "1": 4}, "ticks": {"0": 2}})
+    _offsets(offsets, 2, 900, {"res": {"0": 30, "1": 9}, "ticks": {"0": 2}})
+    (offsets / "3").write_text("v1\n")  # being written
+    (offsets / ".2.crc").write_text("")
+    ranges = {(r.topic, r.partition, r.start, r.end): (r.batch_id, r.watermark_ms)
+              for r in log.ranges()}
+    assert ranges == {
+        ("res", 0, 0, 10): (0, 0), ("res", 1, 0, 4): (0, 0), ("ticks", 0, 0, 1): (0, 0),
+        # batch 1 judged its input by batch 0's watermark, batch 2 by batch 1's
+        ("res", 0, 10, 25): (1, 0), ("ticks", 0, 1, 2): (1, 0),
+        ("res", 0, 25, 30): (2, 500), ("res", 1, 4, 9): (2, 500),
+    }
+    assert log.covers({("res", 0): 29, ("res", 1): 8})
+    assert not log.covers({("res", 0): 30})
+    assert not log.covers({("other", 0): 0})
+    (offsets / "0").unlink()  # purged by Spark: batch 1 has no predecessor to start from
+    assert {(r.batch_id, r.start) for r in log.ranges()} == {(2, 25), (2, 4)}
 
 
 def test_batch_log(tmp_path: Path) -> None:
@@ -181,14 +320,25 @@ def test_progress_tracker_reports_input_rows_once() -> None:
     assert seen == [100, 50]
 
 
+def test_input_rows_count_a_source_scanned_twice_once() -> None:
+    assert input_rows({"numInputRows": 1000}, scans=2) == 500
+    assert input_rows({"numInputRows": 12}) == 12
+    tracker = ProgressTracker(scans=2)
+    tracker.observe([_report(0, 800)])
+    assert tracker.input_batches == [BatchStat(0, 400, 200)]
+
+
 def test_progress_tracker_idles_after_the_last_input() -> None:
     clock = FakeClock()
     tracker = ProgressTracker(idle_s=5.0, clock=clock)
-    clock.now += 4.9
-    assert not tracker.idle()
+    clock.now += 60
+    assert not tracker.idle(), "a query that has not reported yet is still starting"
     tracker.observe([_report(0, 10)])
+    clock.now += 60
+    assert not tracker.idle(), "the next batch may be running: a long one is not idleness"
+    tracker.observe([_report(1, 5)])
     clock.now += 4.9
-    tracker.observe([_report(1, 0)])
+    tracker.observe([_report(2, 0)])
     assert not tracker.idle(), "batches without input do not reset the clock, nor trip it"
     clock.now += 0.1
     assert tracker.idle()

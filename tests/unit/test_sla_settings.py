@@ -33,7 +33,9 @@ def test_thresholds_per_pair() -> None:
     "fields",
     [{"thresholds_ms": {"ende": 5}}, {"thresholds_ms": {"en_de": -1}},
      {"window_s": 5, "slide_s": 10}, {"window_s": 0}, {"sinks": ("kafka", "stdout")},
-     {"starting_offsets": "newest"}, {"sinks": ()}],
+     {"starting_offsets": "newest"}, {"sinks": ()},
+     {"pair_objectives": {"ende": {"p95_ms": 5}}}, {"objectives": {"timeout_ratio": 0}},
+     {"objectives": {"p95": 5}}, {"sketch_k": 4}, {"state_store": "memory"}],
 )
 def test_invalid_settings(fields: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
@@ -63,8 +65,8 @@ def test_duration_option() -> None:
 
 def test_summary_line() -> None:
     batches = (BatchStat(0, 1000, 900), BatchStat(2, 200, 100))
-    line = summary_line(RunSummary(batches, windows=8, wall_s=12.34))
-    assert line == "sla: 1200 results in 2 batches, 8 windows emitted, 12.3s"
+    line = summary_line(RunSummary(batches, windows=8, wall_s=12.34, late_rows=3))
+    assert line == "sla: 1200 results in 2 batches, 8 windows emitted, 3 late rows, 12.3s"
 
 
 @pytest.mark.parametrize(
@@ -85,3 +87,23 @@ def test_registered_commands() -> None:
     runner = CliRunner()
     assert "sla" in runner.invoke(main, ["--help"]).output
     assert "sla" in runner.invoke(main, ["bench", "--help"]).output
+    assert "report" in runner.invoke(main, ["sla", "--help"]).output
+    spark = runner.invoke(main, ["spark", "--help"])
+    assert spark.exit_code == 0 and "up" in spark.output and "down" in spark.output
+
+
+def test_new_defaults_keep_the_driver_on_loopback_and_dedup_on() -> None:
+    sla = Settings().sla
+    assert sla.driver_host == "127.0.0.1"
+    assert (sla.dedup, sla.sketch_k, sla.state_store) == (True, 200, "hdfs")
+    assert (sla.ticks_topic, sla.late_topic) == ("translate.ticks", "translate.sla.late")
+    assert sla.objectives_for("en_de", "bulk") == sla.bulk_objectives
+    assert Settings().worker.tick_interval_s > 0
+
+
+def test_objectives_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BABELSTREAM_SLA__PAIR_OBJECTIVES", '{"en_de": {"p99_ms": 800}}')
+    monkeypatch.setenv("BABELSTREAM_SLA__OBJECTIVES__TIMEOUT_RATIO", "0.02")
+    sla = Settings().sla
+    assert sla.objectives_for("en_de", "interactive").targets() == {
+        "p95_ms": 1000.0, "p99_ms": 800.0, "timeout_ratio": 0.02, "error_ratio": 0.01}

@@ -11,6 +11,7 @@ from pipeline.errors import ContractError
 from pipeline.settings import KafkaSettings, LimitSettings, Settings, StackSettings
 from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
+from pipeline.stack.layout import node_ports
 from pipeline.stack.redis import render_redis_conf
 from pipeline.stack.topics import topic_specs
 
@@ -21,7 +22,8 @@ def _props(text: str) -> dict[str, str]:
 
 def test_server_properties_single_kraft_node() -> None:
     settings = Settings(stack=StackSettings(kafka_port=19092, kafka_controller_port=19093))
-    props = _props(render_server_properties(settings, Path("/data/kafka")))
+    (node,) = node_ports(settings.stack)
+    props = _props(render_server_properties(settings, node, Path("/data/kafka")))
     assert props["process.roles"] == "broker,controller"
     assert props["controller.quorum.voters"] == f"{props['node.id']}@127.0.0.1:19093"
     assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
@@ -35,10 +37,12 @@ def test_server_properties_single_kraft_node() -> None:
 
 
 def test_cluster_id_is_kafka_uuid_format() -> None:
-    cid = cluster_id()
+    cid = cluster_id("/var/babelstream:3:plaintext")
     assert len(cid) == 22 and "=" not in cid
     assert len(base64.urlsafe_b64decode(cid + "==")) == 16
-    assert cluster_id() != cid
+    # every node of one cluster gets the same id; another layout another one
+    assert cluster_id("/var/babelstream:3:plaintext") == cid
+    assert cluster_id("/var/babelstream:3:secure") != cid
 
 
 def test_redis_conf_foreground_loopback_with_marker(tmp_path: Path) -> None:
@@ -62,6 +66,8 @@ def test_topic_specs_cover_the_design() -> None:
         "translate.results": settings.kafka.results_partitions,
         "translate.dlq": settings.kafka.dlq_partitions,
         "translate.sla": settings.kafka.sla_partitions,
+        "translate.sla.late": settings.kafka.sla_late_partitions,
+        "translate.ticks": settings.kafka.ticks_partitions,
         "translate.requests.en_de": 3,
         "translate.bulk.en_de": 3,
         "translate.requests.en_en-XA": 3,
@@ -78,6 +84,9 @@ def test_control_topics_are_compacted_and_cancels_expire_with_the_longest_deadli
     assert cancel["cleanup.policy"] == "compact,delete"
     assert cancel["retention.ms"] == "600000"
     assert specs["translate.dlq.replayed"].config == {"cleanup.policy": "compact"}
+def test_ticks_topic_keeps_heartbeats_briefly() -> None:
+    settings = Settings(kafka=KafkaSettings(ticks_retention_ms=120_000))
+    assert topic_specs(settings)["translate.ticks"].config == {"retention.ms": "120000"}
 
 
 def test_topic_specs_reject_bad_pair() -> None:
@@ -102,3 +111,28 @@ def test_topic_specs_reject_bad_pair() -> None:
 )
 def test_artifact_id_from_jar_name(jar: str, artifact: str) -> None:
     assert artifact_id(jar) == artifact
+
+
+def test_spark_cluster_daemons_bind_to_the_configured_host_and_ports(tmp_path: Path) -> None:
+    from pipeline.settings import SparkClusterSettings
+    from pipeline.stack.spark import spark_home, spark_services
+
+    settings = Settings(stack=StackSettings(home=tmp_path),
+                        spark=SparkClusterSettings(master_port=17077, master_webui_port=18080,
+                                                   worker_port=17078, worker_webui_port=18081,
+                                                   workers=2, worker_cores=1))
+    master, *workers = spark_services(settings)
+    assert [s.name for s in (master, *workers)] == ["spark-master", "spark-worker-0",
+                                                    "spark-worker-1"]
+    command = master.command()
+    assert command[0] == "env" and f"{spark_home()}/bin/spark-class" in command
+    assert "SPARK_LOCAL_IP=127.0.0.1" in command and f"SPARK_DAEMON_JAVA_OPTS={master.marker}" \
+        in command
+    assert command[-6:] == ["--host", "127.0.0.1", "--port", "17077", "--webui-port", "18080"]
+    worker = workers[1].command()
+    assert worker[-1] == "spark://127.0.0.1:17077"
+    assert worker[worker.index("--port") + 1] == "17079"
+    assert worker[worker.index("--webui-port") + 1] == "18082"
+    assert workers[1].address == "127.0.0.1:17079"
+    assert len({s.marker for s in (master, *workers)}) == 3, "each daemon recognisable"
+    assert all(str(tmp_path) in s.marker for s in (master, *workers))

@@ -1,15 +1,22 @@
 // Babel Stream SLA dashboard: SlaWindow records arrive as server-sent events
-// (one "snapshot", then one "window" per new or updated window) and are charted
-// per pair with Chart.js. What is charted is also exposed for tests and tools:
-// window.babelstream.charts[pair][name].data, data-* attributes, and a table.
+// (one "snapshot", then one "window" per new or updated window; late-row counts
+// as "late-snapshot" / "late") and are charted per series (pair and priority
+// class) with Chart.js. The server renders the windows it has into the page, so
+// the first paint shows them; this script takes over from the embedded JSON.
+// What is charted is also exposed for tests and tools:
+// window.babelstream.charts[key][name].data, data-* attributes, and a table
+// (key = pair id for interactive series, "bulk:" + pair id for bulk ones).
 "use strict";
 
 const TABLE_ROWS = 20;
-const state = { pairs: new Map(), charts: {}, windows: 0 };
+const state = { series: new Map(), late: new Map(), charts: {}, windows: 0, pairs: new Set() };
 window.babelstream = state;
 
 const timeLabel = (ms) => new Date(ms).toLocaleTimeString([], { hour12: false });
 const pct = (v) => (v * 100).toFixed(1) + "%";
+const seriesKey = (w) => (w.priority === "bulk" ? "bulk:" : "") + w.pair;
+const lateKey = (pair, priority, start) => `${priority}|${pair}|${start}`;
+const priorityShown = () => document.getElementById("priority").value;
 
 function lineChart(canvas, datasets, yOptions) {
   return new Chart(canvas, {
@@ -29,19 +36,29 @@ function lineChart(canvas, datasets, yOptions) {
   });
 }
 
-function pairSection(pair) {
+function sectionId(pair, priority) {
+  return (priority === "bulk" ? "bulk-" : "pair-") + pair;
+}
+
+function pairSection(key, pair, priority) {
   const template = document.getElementById("pair-template");
   const node = document.importNode(template.content, true).firstElementChild;
   node.dataset.pair = pair;
-  node.id = "pair-" + pair;
-  node.querySelector(".pair-title").textContent = pair.replace("_", " → ");
+  node.dataset.priority = priority;
+  node.id = sectionId(pair, priority);
+  node.hidden = priority !== priorityShown();
+  node.querySelector(".pair-title").textContent =
+    pair.replace("_", " → ") + (priority === "bulk" ? " (bulk)" : "");
   document.getElementById("empty")?.remove();
   const main = document.getElementById("pairs");
-  const after = [...main.children].find((s) => s.dataset.pair > pair);
-  main.insertBefore(node, after || null); // in the document before Chart.js measures it
+  // the server's first-paint section (a table only) makes way for the full one
+  const rendered = document.getElementById(node.id);
+  const after = [...main.children].find((s) => s !== rendered && s.dataset.pair > pair);
+  main.insertBefore(node, rendered || after || null); // in the document before Chart.js measures it
+  rendered?.remove();
   const canvas = (name) => node.querySelector(`canvas[data-chart="${name}"]`);
   const ratio = { min: 0, max: 1, ticks: { callback: pct } };
-  state.charts[pair] = {
+  state.charts[key] = {
     latency: lineChart(canvas("latency"), [
       { label: "P95", borderColor: "#2f6fdf" },
       { label: "P99", borderColor: "#d4452c" },
@@ -49,41 +66,63 @@ function pairSection(pair) {
     timeouts: lineChart(canvas("timeouts"), [{ label: "timeout ratio", borderColor: "#b35900" }], ratio),
     throughput: lineChart(canvas("throughput"), [{ label: "count", borderColor: "#1a7f37" }], {}),
     cache: lineChart(canvas("cache"), [{ label: "cache-hit ratio", borderColor: "#7a3fd1" }], ratio),
+    burn: lineChart(canvas("burn"), [
+      { label: "1 h", borderColor: "#d4452c" },
+      { label: "6 h", borderColor: "#5a6473" },
+    ], {}),
   };
+  if (!node.hidden) loadSummary(node);
   return node;
 }
 
-function render(pair) {
-  const windows = [...state.pairs.get(pair).values()].sort((a, b) => a.window_start - b.window_start);
-  const section = document.getElementById("pair-" + pair) || pairSection(pair);
-  const charts = state.charts[pair];
+function tableRow(w, late) {
+  const row = document.createElement("tr");
+  row.dataset.windowStart = w.window_start;
+  row.dataset.windowEnd = w.window_end;
+  row.dataset.count = w.count;
+  row.dataset.p95 = w.p95_ms;
+  row.dataset.p99 = w.p99_ms;
+  row.dataset.timeoutRatio = w.timeout_ratio;
+  row.dataset.cacheHitRatio = w.cache_hit_ratio;
+  row.dataset.duplicates = w.duplicates;
+  row.dataset.late = late;
+  const missed = Object.entries(w.met || {}).filter(([, ok]) => !ok).map(([name]) => name).sort();
+  for (const text of [timeLabel(w.window_end), w.count, w.p50_ms.toFixed(0), w.p95_ms.toFixed(0),
+    w.p99_ms.toFixed(0), pct(w.timeout_ratio), pct(w.error_ratio), pct(w.cache_hit_ratio),
+    w.duplicates, late, missed.join(",") || "-", "final"]) {
+    const cell = document.createElement("td");
+    cell.textContent = text;
+    row.appendChild(cell);
+  }
+  return row;
+}
+
+function render(key) {
+  const windows = [...state.series.get(key).values()].sort((a, b) => a.window_start - b.window_start);
+  const { pair, priority } = windows[0];
+  const existing = document.getElementById(sectionId(pair, priority));
+  const section = existing && state.charts[key] ? existing : pairSection(key, pair, priority);
+  const charts = state.charts[key];
   const series = (field) => windows.map((w) => ({ x: w.window_end, y: w[field] }));
   charts.latency.data.datasets[0].data = series("p95_ms");
   charts.latency.data.datasets[1].data = series("p99_ms");
   charts.timeouts.data.datasets[0].data = series("timeout_ratio");
   charts.throughput.data.datasets[0].data = series("count");
   charts.cache.data.datasets[0].data = series("cache_hit_ratio");
+  charts.burn.data.datasets[0].data = windows.filter((w) => w.burn_rate_1h != null)
+    .map((w) => ({ x: w.window_end, y: w.burn_rate_1h }));
+  charts.burn.data.datasets[1].data = windows.filter((w) => w.burn_rate_6h != null)
+    .map((w) => ({ x: w.window_end, y: w.burn_rate_6h }));
   for (const chart of Object.values(charts)) chart.update("none");
   for (const canvas of section.querySelectorAll("canvas")) canvas.dataset.points = windows.length;
 
-  const tbody = section.querySelector("tbody");
-  tbody.replaceChildren(...windows.slice(-TABLE_ROWS).reverse().map((w) => {
-    const row = document.createElement("tr");
-    row.dataset.windowStart = w.window_start;
-    row.dataset.windowEnd = w.window_end;
-    row.dataset.count = w.count;
-    row.dataset.p95 = w.p95_ms;
-    row.dataset.p99 = w.p99_ms;
-    row.dataset.timeoutRatio = w.timeout_ratio;
-    row.dataset.cacheHitRatio = w.cache_hit_ratio;
-    for (const text of [timeLabel(w.window_end), w.count, w.p50_ms.toFixed(0), w.p95_ms.toFixed(0),
-      w.p99_ms.toFixed(0), pct(w.timeout_ratio), pct(w.error_ratio), pct(w.cache_hit_ratio)]) {
-      const cell = document.createElement("td");
-      cell.textContent = text;
-      row.appendChild(cell);
-    }
-    return row;
-  }));
+  const lateOf = (w) => state.late.get(lateKey(w.pair, w.priority, w.window_start)) || 0;
+  section.querySelector("tbody").replaceChildren(
+    ...windows.slice(-TABLE_ROWS).reverse().map((w) => tableRow(w, lateOf(w))));
+  const newest = windows[windows.length - 1];
+  section.querySelector(".final").textContent =
+    `final through ${timeLabel(newest.window_end)}; ` +
+    `late rows so far: ${windows.reduce((n, w) => n + lateOf(w), 0)}`;
   section.dataset.windows = windows.length;
   document.body.dataset.windowCount = state.windows;
   document.body.dataset.pairCount = state.pairs.size;
@@ -92,13 +131,53 @@ function render(pair) {
 function accept(windows) {
   const touched = new Set();
   for (const w of windows) {
-    if (!state.pairs.has(w.pair)) state.pairs.set(w.pair, new Map());
-    const byStart = state.pairs.get(w.pair);
+    const key = seriesKey(w);
+    if (!state.series.has(key)) state.series.set(key, new Map());
+    const byStart = state.series.get(key);
     if (!byStart.has(w.window_start)) state.windows += 1;
     byStart.set(w.window_start, w); // a re-emitted window replaces the earlier figures
-    touched.add(w.pair);
+    state.pairs.add(w.pair);
+    touched.add(key);
   }
-  for (const pair of touched) render(pair);
+  for (const key of touched) render(key);
+}
+
+function acceptLate(entries) {
+  const touched = new Set();
+  for (const e of entries) {
+    state.late.set(lateKey(e.pair, e.priority, e.window_start), e.late);
+    const key = seriesKey(e);
+    if (state.series.has(key)) touched.add(key);
+  }
+  for (const key of touched) render(key);
+}
+
+async function loadSummary(section) {
+  const { pair, priority } = section.dataset;
+  const period = document.getElementById("period").value;
+  const target = section.querySelector(".summary");
+  try {
+    const response = await fetch(`/api/report?pair=${encodeURIComponent(pair)}` +
+      `&priority=${priority}&period=${period}`);
+    const r = await response.json();
+    const ms = (v) => (v == null ? "-" : v.toFixed(0) + " ms");
+    const met = Object.entries(r.met).map(([name, ok]) => `${name} ${ok ? "met" : "MISSED"}`);
+    target.textContent = r.windows === 0 ? `${period}: no windows in the history` :
+      `${period}: ${r.count} results in ${r.windows} windows, P50 ${ms(r.p50_ms)} ` +
+      `P95 ${ms(r.p95_ms)} P99 ${ms(r.p99_ms)} (±${(r.rank_error * 100).toFixed(1)}% rank), ` +
+      `timeout ${pct(r.timeout_ratio || 0)}; ${met.join(", ")}`;
+    section.dataset.summary = JSON.stringify(r);
+  } catch (err) {
+    target.textContent = `${period}: summary unavailable (${err})`;
+  }
+}
+
+function showPriority() {
+  const priority = priorityShown();
+  for (const section of document.querySelectorAll("section.pair")) {
+    section.hidden = section.dataset.priority !== priority;
+    if (!section.hidden && state.charts[seriesKey(section.dataset)]) loadSummary(section);
+  }
 }
 
 function connect() {
@@ -109,11 +188,21 @@ function connect() {
     status.dataset.state = "live";
     status.textContent = "live";
   });
+  source.addEventListener("late-snapshot", (e) => acceptLate(JSON.parse(e.data)));
   source.addEventListener("window", (e) => accept([JSON.parse(e.data)]));
+  source.addEventListener("late", (e) => acceptLate([JSON.parse(e.data)]));
   source.onerror = () => {
     status.dataset.state = "connecting";
     status.textContent = "reconnecting…";
   };
 }
 
+const initial = document.getElementById("initial-state");
+if (initial) {
+  const { windows, late } = JSON.parse(initial.textContent);
+  acceptLate(late);
+  accept(windows);
+}
+document.getElementById("priority").addEventListener("change", showPriority);
+document.getElementById("period").addEventListener("change", showPriority);
 connect();

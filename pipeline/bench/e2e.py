@@ -1,0 +1,134 @@
+"""The whole pipeline and the naive consumer on the same requests.
+
+* :func:`measure_e2e` — requests through the ingress topic, the router, a
+  worker's micro-batching, dedup, caches and engine (a worker started for
+  the bench, see :func:`pipeline.bench.target.bench_worker`).
+* :func:`measure_naive` — the same requests through a plain kafka-python
+  consumer that translates and commits one message at a time.
+
+Each run uses a fresh tenant, so earlier runs' cache entries cannot answer.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from pipeline.bench.load import run_load
+from pipeline.bench.naive import NAIVE_TOPIC
+from pipeline.bench.report import LoadFigures
+from pipeline.bench.target import BenchTarget
+from pipeline.client import RequestOptions, build_requests
+from pipeline.errors import EngineError
+from pipeline.kafka_clients import admin_client
+from pipeline.local_worker import WorkerProcess
+from pipeline.messages import TranslationRequest
+from pipeline.settings import Settings
+from pipeline.stack.topics import TopicSpec, ensure_topics
+
+
+def fresh_requests(texts: Sequence[str], target: BenchTarget) -> list[TranslationRequest]:
+    """Requests for ``texts`` under a tenant of their own (no cache entry can answer them)."""
+    tenant = f"bench-{uuid.uuid4().hex[:8]}"
+    return build_requests(
+        list(texts), target.entry.pair, RequestOptions(timeout_ms=3_600_000, tenant=tenant)
+    )
+
+
+def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """Engine batch sizes and padding of what ran between two stats snapshots."""
+    sizes = {
+        k: v - before["engine_batch_sizes"].get(k, 0)
+        for k, v in after["engine_batch_sizes"].items()
+    }
+    texts = after["engine_texts"] - before["engine_texts"]
+    padded = (
+        after["padding_ratio"] * after["engine_texts"]
+        - before["padding_ratio"] * before["engine_texts"]
+    )
+    return {
+        "padding_ratio": round(padded / texts, 4) if texts else 0.0,
+        "engine_batch_sizes": {k: v for k, v in sizes.items() if v},
+    }
+
+
+def measure_e2e(
+    settings: Settings,
+    target: BenchTarget,
+    worker: WorkerProcess,
+    texts: Sequence[str],
+    rate: float | None = None,
+) -> LoadFigures:
+    """The requests through ``worker`` (started by the caller), at ``rate`` or all at once."""
+    before = worker.stats()
+    report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
+    after = worker.stats()
+    return LoadFigures.from_summary(
+        report.summary(), **stats_delta(before, after), offered_rps=rate
+    )
+
+
+@contextmanager
+def naive_consumer(settings: Settings, target: BenchTarget) -> Iterator[str]:
+    """The naive consumer in a process of its own, warmed up; yields the topic it consumes.
+
+    The topic is the run's own (created with a pair topic's partition count,
+    deleted afterwards): a consumer reading a shared topic from the start
+    would first translate every earlier run's requests.
+    """
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"{NAIVE_TOPIC}.{run}", f"bench-naive-{run}"
+    ensure_topics(settings.kafka, {topic: TopicSpec(settings.kafka.pair_partitions)})
+    log_path = settings.stack.home / "log" / "bench-naive.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline.bench.naive",
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--pair",
+        target.pair_id,
+    ]
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            command, env={**os.environ, **target.env()}, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        # Warm-up: model loaded and partitions assigned before the clock starts.
+        warm = run_load(
+            settings.kafka, fresh_requests(["ready?"], target), topic=topic, timeout_s=300
+        )
+        if warm.replies.missing:
+            raise EngineError(f"the naive consumer did not answer its warm-up; see {log_path}")
+        yield topic
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        admin = admin_client(settings.kafka, "bench-naive")
+        try:
+            admin.delete_topics([topic])
+        finally:
+            admin.close()
+
+
+def measure_naive(
+    settings: Settings,
+    target: BenchTarget,
+    texts: Sequence[str],
+    rate: float | None = None,
+) -> LoadFigures:
+    """One-at-a-time consumer on the same texts and model."""
+    with naive_consumer(settings, target) as topic:
+        report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate, topic=topic)
+    summary = report.summary()
+    return LoadFigures.from_summary(
+        summary, padding_ratio=0.0, engine_batch_sizes={"1": summary["results"]}, offered_rps=rate
+    )

@@ -1,0 +1,126 @@
+"""Which pair a bench measures, which registry serves it, and a worker started for it.
+
+Every bench takes ``--pair``: a pair of the project's registry (the demo
+model's ``en_en-XA``) or of the benchmark registry that ``babelstream models
+build-bench`` writes under ``var/`` (``en_en-XB``). A bench that starts its
+own worker refuses to run while another worker already consumes the pair's
+topic or the ingress topic: it would measure whichever worker answers first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.engine.registry import PairEntry, Registry
+from pipeline.errors import ConfigError
+from pipeline.groups import consumer_groups, serving
+from pipeline.local_worker import WorkerProcess
+from pipeline.pairs import REQUESTS_TOPIC, pair_topic
+from pipeline.settings import KafkaSettings, Settings
+from pipeline.stack.topics import ensure_topics, pair_topic_specs
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    """A pair to measure, its registry entry and the registry file that serves it."""
+
+    entry: PairEntry
+    registry: Path
+
+    @property
+    def pair_id(self) -> str:
+        return self.entry.pair.id
+
+    def settings(self, settings: Settings) -> Settings:
+        """``settings`` with this target's registry (what a worker for it must load)."""
+        engine = settings.engine.model_copy(update={"registry": self.registry})
+        return settings.model_copy(update={"engine": engine})
+
+    def env(self) -> dict[str, str]:
+        """Environment for processes that serve this pair (worker, naive consumer)."""
+        return {"BABELSTREAM_ENGINE__REGISTRY": str(self.registry)}
+
+
+def resolve_target(settings: Settings, pair_id: str) -> BenchTarget:
+    """The pair in the project's registry, else in the benchmark registry."""
+    searched = []
+    for path in (settings.engine.registry, settings.engine.bench_registry):
+        searched.append(str(path))
+        if not path.exists():
+            continue
+        registry = Registry.load(path)
+        if pair_id in registry.pairs:
+            (entry,) = registry.entries([pair_id])
+            return BenchTarget(entry, path)
+    hint = " (build it with `babelstream models build-bench`)" if pair_id.endswith("XB") else ""
+    raise ConfigError(f"pair {pair_id} is in neither {' nor '.join(searched)}{hint}")
+
+
+def refuse_if_served(kafka: KafkaSettings, pair_id: str, grace_s: float = 0.0) -> None:
+    """ConfigError (one line) when another worker consumes the pair or the ingress.
+
+    ``grace_s`` waits that long for the group to empty first: a static member of a
+    worker that has just stopped stays assigned until its session times out.
+    """
+    deadline = time.monotonic() + grace_s
+    while busy := _serving_groups(kafka, pair_id):
+        if time.monotonic() >= deadline:
+            who = "; ".join(f"group {g} consumes {', '.join(t)}" for g, t in busy.items())
+            raise ConfigError(
+                f"another worker is running ({who}); stop it first, or the bench would "
+                "measure whichever worker answers"
+            )
+        time.sleep(1.0)
+
+
+def _serving_groups(kafka: KafkaSettings, pair_id: str) -> dict[str, list[str]]:
+    topics = {pair_topic(pair_id), REQUESTS_TOPIC}
+    groups = consumer_groups(kafka, with_lag=False)
+    return {g.group_id: sorted(g.topics & topics) for t in topics for g in serving(groups, t)}
+
+
+def wait_drained(kafka: KafkaSettings, group_id: str, topic: str, limit_s: float) -> int:
+    """Wait until ``group_id`` has consumed ``topic`` to its end; the records still left."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        lag = next(
+            (g.lag.get(topic, 0) for g in consumer_groups(kafka) if g.group_id == group_id), 0
+        )
+        if lag == 0 or time.monotonic() > deadline:
+            return lag
+        time.sleep(1.0)
+
+
+@contextmanager
+def bench_worker(
+    settings: Settings,
+    target: BenchTarget,
+    log_name: str,
+    env: dict[str, str] | None = None,
+) -> Iterator[WorkerProcess]:
+    """A worker for the target pair alone, started for this bench and stopped after it.
+
+    ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables).
+    """
+    refuse_if_served(settings.kafka, target.pair_id, grace_s=settings.worker.session_timeout_s)
+    ensure_topics(settings.kafka, pair_topic_specs(settings.kafka, target.entry.pair))
+    log_path = settings.stack.home / "log" / log_name
+    worker = WorkerProcess(
+        settings,
+        log_path=log_path,
+        pairs=[target.pair_id],
+        # dynamic membership: a bench worker leaves its group when it stops, so the
+        # next bench does not find it there for a session timeout (static members stay)
+        env={
+            **target.env(),
+            "BABELSTREAM_WORKER__STATIC_MEMBERSHIP": "false",
+            **(env or {}),
+        },
+        probe_pair=target.entry.pair,
+    )
+    with worker:
+        yield worker

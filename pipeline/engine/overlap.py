@@ -1,0 +1,218 @@
+"""The engine off the event loop, with one sub-batch's model call overlapping the next.
+
+:class:`EngineLane` owns two single-thread executors for one translator:
+
+* ``prep`` — tokenisation and length counting (:meth:`EngineLane.prepare`),
+  building a call's input and turning its output into translations;
+* ``compute`` — the model call itself (CTranslate2 releases the GIL).
+
+Neither is the loop's default executor; Redis calls have their own
+(:class:`pipeline.cache.TwoLevelCache`).
+
+:meth:`EngineLane.run_plan` runs a :class:`~pipeline.engine.batching.BatchPlan`
+as a three-stage pipeline (read-ahead, as CTranslate2's own
+``translate_iterable`` does): while the model computes sub-batch *k*, the
+prep thread builds the input of *k + 1* and finishes *k − 1*. The texts were
+tokenised once, by :meth:`EngineLane.prepare`, before planning.
+
+The lane drives a translator in four stages (:class:`StagedTranslator`):
+``CTranslate2Translator`` is one; :class:`WholeTexts` makes one of any
+translator that only offers ``translate_batch`` and ``count_tokens``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from pipeline.engine.batching import BatchPlan, SubBatch, TokenBudgetBatcher
+from pipeline.engine.translator import Translation, Translator
+from pipeline.pairs import Pair
+
+T = TypeVar("T")
+P = TypeVar("P", bound="Counted")
+
+# How a model call gets to run: through the worker's priority gate, or at once.
+Through = Callable[[Awaitable[Any]], Awaitable[Any]]
+
+
+class Counted(Protocol):
+    """A prepared text: what it costs the model, in source tokens."""
+
+    @property
+    def tokens(self) -> int: ...
+
+
+@runtime_checkable
+class StagedTranslator(Protocol[P]):
+    """A translator in the four stages the lane runs in different threads."""
+
+    def prepare(self, texts: Sequence[str], pair: Pair) -> list[P]:
+        """Cut and tokenise (prep thread, once per text)."""
+        ...
+
+    def encode(self, prepared: Sequence[P]) -> Any:
+        """The input of one model call (prep thread)."""
+        ...
+
+    def run(self, sources: Any, pair: Pair) -> Any:
+        """The model call (compute thread)."""
+        ...
+
+    def assemble(self, prepared: Sequence[P], outputs: Any, pair: Pair) -> list[Translation]:
+        """Translations from the call's output, one per prepared text (prep thread)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CountedText:
+    """A text and its token count, for translators that tokenise inside ``translate_batch``."""
+
+    text: str
+    tokens: int
+
+
+class WholeTexts:
+    """The four stages over a translator that offers only ``translate_batch``."""
+
+    def __init__(self, translator: Translator) -> None:
+        self.translator = translator
+
+    def prepare(self, texts: Sequence[str], pair: Pair) -> list[CountedText]:
+        return [CountedText(t, self.translator.count_tokens(t, pair)) for t in texts]
+
+    def encode(self, prepared: Sequence[CountedText]) -> list[str]:
+        return [p.text for p in prepared]
+
+    def run(self, sources: list[str], pair: Pair) -> list[Translation]:
+        return self.translator.translate_batch(sources, pair)
+
+    def assemble(
+        self, prepared: Sequence[CountedText], outputs: list[Translation], pair: Pair
+    ) -> list[Translation]:
+        return outputs
+
+
+def staged(translator: Any) -> StagedTranslator[Any]:
+    """``translator`` itself when it has the four stages, else :class:`WholeTexts` over it."""
+    if isinstance(translator, StagedTranslator):
+        return translator
+    return WholeTexts(translator)
+
+
+@dataclass(frozen=True, slots=True)
+class SubBatchOutcome:
+    """One planned call: its translations (in the sub-batch's order) or the error it raised."""
+
+    sub_batch: SubBatch
+    translations: list[Translation] | None
+    error: Exception | None
+    engine_s: float
+
+
+async def _at_once(work: Awaitable[T]) -> T:
+    return await work
+
+
+class EngineLane(Generic[P]):
+    """One translator's prep and compute executors, and the overlapped run of a plan."""
+
+    def __init__(self, translator: StagedTranslator[P]) -> None:
+        self.translator = translator
+        self.prep = ThreadPoolExecutor(1, thread_name_prefix="engine-prep")
+        self.compute = ThreadPoolExecutor(1, thread_name_prefix="engine-compute")
+
+    async def _in(self, executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+    async def prepare(self, texts: Sequence[str], pair: Pair) -> list[P]:
+        """Cut and tokenise ``texts`` once, in the prep thread."""
+        texts = list(texts)
+        return await self._in(self.prep, lambda: self.translator.prepare(texts, pair))
+
+    async def plan(self, prepared: Sequence[P], batcher: TokenBudgetBatcher) -> BatchPlan:
+        """Cost-optimal sub-batches of prepared texts (by source tokens), in the prep thread."""
+        lengths = [p.tokens for p in prepared]
+        return await self._in(self.prep, lambda: batcher.plan(lengths))
+
+    async def translate(
+        self, prepared: Sequence[P], pair: Pair, through: Through = _at_once
+    ) -> list[Translation]:
+        """One engine call on prepared texts (no overlap); raises what the engine raises."""
+        tokens = [p.tokens for p in prepared]
+        whole = SubBatch(tuple(range(len(prepared))), sum(tokens), max(tokens, default=0), 0.0)
+        (outcome,) = await self.run_plan(prepared, BatchPlan((whole,)), pair, through)
+        if outcome.error is not None:
+            raise outcome.error
+        assert outcome.translations is not None
+        return outcome.translations
+
+    async def run_plan(
+        self,
+        prepared: Sequence[P],
+        plan: BatchPlan,
+        pair: Pair,
+        through: Through = _at_once,
+    ) -> list[SubBatchOutcome]:
+        """Run every sub-batch of ``plan``, overlapping calls with their neighbours' prep work.
+
+        Each model call runs ``through`` the caller's gate (``lambda work:
+        gate.run(priority, work)``). A failing call does not stop the others;
+        its outcome carries the error, for the caller to narrow down.
+        """
+        translator = self.translator
+        groups = [[prepared[i] for i in sub.indices] for sub in plan.sub_batches]
+        outcomes: list[SubBatchOutcome] = []
+
+        def encode(k: int) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(self._in(self.prep, lambda: translator.encode(groups[k])))
+
+        async def finish(k: int, outputs: Any, engine_s: float) -> SubBatchOutcome:
+            sub = plan.sub_batches[k]
+            if isinstance(outputs, Exception):
+                return SubBatchOutcome(sub, None, outputs, engine_s)
+            done = await self._in(self.prep, lambda: translator.assemble(groups[k], outputs, pair))
+            return SubBatchOutcome(sub, done, None, engine_s)
+
+        next_sources = encode(0) if groups else None
+        previous: asyncio.Future[SubBatchOutcome] | None = None
+        for k in range(len(groups)):
+            assert next_sources is not None
+            sources = await next_sources
+            call = asyncio.ensure_future(through(self._model(sources, pair)))
+            # read-ahead: the next input and the previous output, while the model runs
+            next_sources = encode(k + 1) if k + 1 < len(groups) else None
+            if previous is not None:
+                outcomes.append(await previous)
+            outputs: Any
+            try:
+                outputs, engine_s = await call
+            except Exception as exc:
+                outputs, engine_s = exc, 0.0
+            previous = asyncio.ensure_future(finish(k, outputs, engine_s))
+        if previous is not None:
+            outcomes.append(await previous)
+        return outcomes
+
+    async def call(self, work: Callable[[], T]) -> T:
+        """Any other blocking model call (e.g. with attention), in the compute thread."""
+        return await self._in(self.compute, work)
+
+    async def _model(self, sources: Any, pair: Pair) -> tuple[Any, float]:
+        """The model call in the compute thread, and its duration measured there."""
+
+        def timed() -> tuple[Any, float]:
+            began = time.perf_counter()
+            outputs = self.translator.run(sources, pair)
+            return outputs, time.perf_counter() - began
+
+        return await self._in(self.compute, timed)
+
+    def close(self) -> None:
+        """Stop both executors (after the running calls finish)."""
+        self.prep.shutdown(wait=True)
+        self.compute.shutdown(wait=True)

@@ -1,0 +1,104 @@
+"""Where a worker's engine step gets its batch shape from, per pair and priority.
+
+:class:`BatchShaper` is the one object the worker asks before a take (how
+many messages, how long to wait) and before planning (the batcher), and tells
+after a micro-batch what happened. It serves:
+
+* interactive work with static settings (``worker.max_messages``,
+  ``max_wait_s``, ``token_budget``), or, with ``batching.adaptive``, with the
+  knobs of an :class:`~pipeline.engine.adaptive.AdaptiveBatching` controller
+  fed by each micro-batch and by the SLA job's windows of its pair
+  (:meth:`BatchShaper.add` takes an :class:`~pipeline.messages.SlaWindow`, so
+  a shaper is a sink for the dashboard's ``SlaFollower``);
+* bulk work with its own static size and budget, and every bulk call cut so
+  its estimated time stays within ``batching.bulk_max_call_s`` (a running
+  call cannot be pre-empted: this bounds how long interactive work waits).
+
+Both plan with the model's measured call-cost model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline import metrics
+from pipeline.engine.adaptive import AdaptiveBatching, BatchingKnobs, ControllerLimits
+from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.costs import CostModel
+from pipeline.messages import SlaWindow
+from pipeline.pairs import Pair
+from pipeline.settings import Settings
+
+
+class BatchShaper:
+    """Batch shape for one pair and priority: static, or adaptive (interactive only)."""
+
+    def __init__(self, settings: Settings, pair: Pair, cost: CostModel, *, bulk: bool) -> None:
+        w, b = settings.worker, settings.batching
+        self.pair = pair
+        self.cost = cost
+        self.bulk = bulk
+        self._max_call_s = b.bulk_max_call_s if bulk else None
+        self._static = (
+            BatchingKnobs(w.max_wait_s, w.bulk_max_messages, w.bulk_token_budget)
+            if bulk
+            else BatchingKnobs(w.max_wait_s, w.max_messages, w.token_budget)
+        )
+        self.controller: AdaptiveBatching | None = None
+        if b.adaptive and not bulk:
+            limits = ControllerLimits(
+                p95_ms=b.objective_ms(pair.id), min_wait_s=b.min_wait_s, max_messages=b.max_messages
+            )
+            self.controller = AdaptiveBatching(limits, cost)
+            metrics.set_batching_state(pair.id, self.controller.state)
+        self._lag: int | None = None
+        self._lag_growing = False
+
+    @property
+    def knobs(self) -> BatchingKnobs:
+        """What the next take and plan use."""
+        return self.controller.knobs if self.controller else self._static
+
+    def batcher(self) -> TokenBudgetBatcher:
+        """The planner for the next micro-batch (cost-based, with the current budget)."""
+        return TokenBudgetBatcher(
+            self.knobs.token_budget, cost=self.cost, max_call_s=self._max_call_s
+        )
+
+    def observe(
+        self,
+        *,
+        submitted_ms: Sequence[int],
+        started_ms: int,
+        taken: int,
+        service_s: float,
+        lengths: Sequence[int],
+    ) -> None:
+        """One micro-batch done: ``taken`` messages, the first started at ``started_ms``.
+
+        ``submitted_ms`` are its requests' submission times, ``lengths`` the
+        token counts of what reached the engine, ``service_s`` the engine time.
+        """
+        if self.controller is None or not submitted_ms:
+            return
+        self.controller.observe_batch(
+            size=taken,
+            full=taken >= self.knobs.max_messages,
+            queue_delay_s=max(0.0, (started_ms - min(submitted_ms)) / 1000),
+            service_s=service_s,
+            mean_tokens=sum(lengths) / len(lengths) if lengths else 0.0,
+            longest_tokens=max(lengths, default=0),
+        )
+        metrics.set_batching_state(self.pair.id, self.controller.state)
+
+    def lag(self, records: int) -> None:
+        """The pair topic's consumer lag, sampled (whether a backlog is building)."""
+        self._lag_growing = self._lag is not None and records > self._lag
+        self._lag = records
+
+    def add(self, window: SlaWindow) -> None:
+        """An SLA window closed (outer loop); windows of other pairs are ignored."""
+        if self.controller is None or window.pair != self.pair.id:
+            return
+        self.controller.observe_window(window.p95_ms, window.count, lag_growing=self._lag_growing)
+        metrics.set_batching_state(self.pair.id, self.controller.state)

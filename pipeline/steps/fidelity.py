@@ -1,0 +1,129 @@
+"""fidelity: glossaries before the caches, prepare → engine → restore instead of plain translate.
+
+See :mod:`pipeline.fidelity` for what is protected and how outputs are checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from pipeline.cache import CachedTranslation
+from pipeline.engine.translator import Translation
+from pipeline.fidelity.engine import VocabularyAware, drive
+from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
+from pipeline.fidelity.service import FidelityService, Rejected, result_fields
+from pipeline.fidelity.store import GlossaryUnavailable
+from pipeline.pairs import Pair
+from pipeline.steps.base import Batch, BatchStats, Item, TransientError
+from pipeline.steps.engine import EngineRunner
+from pipeline.steps.engine import Rejected as EngineRejected
+
+
+class ApplyGlossary:
+    """Finds each request's glossary and keys the request by that glossary's version.
+
+    Reads: ``request`` (``glossary``, ``terms``, ``tenant``). Sets:
+    ``glossary`` and ``digest`` (with the glossary version, so a changed
+    glossary never hits an entry made with the old one); a named glossary
+    that does not exist sets ``error`` with reason ``glossary_not_found``.
+    Raises: :class:`TransientError` when Redis cannot be read and the worker
+    holds no copy of the glossary.
+    """
+
+    def __init__(self, service: FidelityService) -> None:
+        self._service = service
+
+    async def __call__(self, batch: Batch) -> None:
+        for item in batch.pending():
+            request = item.request
+            if request is None or (request.glossary is None and not request.terms):
+                continue
+            try:
+                found = await asyncio.to_thread(self._service.glossary, request)
+            except GlossaryUnavailable as exc:
+                raise TransientError(str(exc)) from exc
+            if isinstance(found, Rejected):
+                item.error, item.reason = found.message, found.reason
+                continue
+            item.glossary = found
+            item.digest = self._service.digest(request, batch.model_id, found)
+
+
+class TranslateFaithfully:
+    """Translates every unanswered item through prepare → engine → restore.
+
+    Reads: ``request`` and ``glossary`` of unanswered leaders. Sets:
+    ``translation`` (cache level ``miss``; its ``extra`` holds the fidelity
+    verdict, glossary hits and version) or ``error`` with reason
+    ``bad_markup``, ``bad_output`` or ``engine_rejected``. Raises:
+    :class:`TransientError` when the engine as a whole fails. All segments of
+    the batch go through the :class:`EngineRunner` together (token budgets,
+    narrowing to the poison input, canary); retries are rounds of their own.
+    """
+
+    def __init__(self, runner: EngineRunner, service: FidelityService) -> None:
+        self._runner = runner
+        self._service = service
+
+    async def __call__(self, batch: Batch) -> None:
+        todo = [item for item in batch.unanswered() if item.request is not None]
+        if not todo or batch.pair is None:
+            return
+        calls = _BatchCalls(self._runner, batch.pair, batch.stats)
+        started: list[tuple[Item, Restoration]] = []
+        for item in todo:
+            assert item.request is not None
+            prepared = self._service.prepare(item.request, item.glossary)
+            if isinstance(prepared, Rejected):
+                item.error, item.reason = prepared.message, prepared.reason
+                continue
+            started.append((item, Restoration(prepared, calls)))
+        await drive([r for _, r in started], calls)
+        for item, restoration in started:
+            item.engine_batch_size = len(todo)
+            outcome = restoration.outcome()
+            if isinstance(outcome, Failed):
+                item.error, item.reason = outcome.message, outcome.reason
+                continue
+            extra = result_fields(outcome, item.glossary)
+            item.cache = "miss"
+            item.translation = CachedTranslation(
+                extra.pop("translation"),
+                batch.model_id,
+                extra.pop("input_tokens"),
+                extra.pop("output_tokens"),
+                extra,
+            )
+
+
+class _BatchCalls:
+    """The engine as one batch's restorations see it."""
+
+    def __init__(self, runner: EngineRunner, pair: Pair, stats: BatchStats) -> None:
+        self._runner = runner
+        self._pair = pair
+        self._stats = stats
+
+    def can_align(self) -> bool:
+        return hasattr(self._runner.translator, "translate_aligned")
+
+    def unknown_characters(self, text: str) -> frozenset[str]:
+        translator = self._runner.translator
+        if isinstance(translator, VocabularyAware):
+            return translator.unknown_characters(text, self._pair)
+        return frozenset()
+
+    async def translate(self, calls: Sequence[Call]) -> list[Translation | Refused]:
+        plain = [c.text for c in calls if not c.aligned]
+        aligned = [c.text for c in calls if c.aligned]
+        plain_out = await self._runner.run(plain, self._pair, self._stats) if plain else []
+        aligned_out = (
+            await self._runner.run_aligned(aligned, self._pair, self._stats) if aligned else []
+        )
+        plain_it, aligned_it = iter(plain_out), iter(aligned_out)
+        out: list[Translation | Refused] = []
+        for call in calls:
+            result = next(aligned_it) if call.aligned else next(plain_it)
+            out.append(Refused(result.error) if isinstance(result, EngineRejected) else result)
+        return out

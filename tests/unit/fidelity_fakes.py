@@ -1,0 +1,60 @@
+"""A rule-based stand-in for the engine in fidelity unit tests: the en-XA character map.
+
+Token ``⟦n⟧`` has no letter, so the map keeps it, as the demo model learned to.
+``drop``/``corrupt`` make it misbehave the way models do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pipeline.demo_model.pseudo import to_pseudo
+from pipeline.engine.translator import AlignedTranslation, Translation, Translator
+from pipeline.fidelity.tokens import TOKEN_RE
+from pipeline.pairs import Pair
+
+
+class PseudoTranslator(Translator):
+    """en -> en-XA by the character map; may drop tokens or corrupt characters."""
+
+    model_id = "pseudo"
+
+    def __init__(self, *, drop: bool = False, corrupt: str = "", align: bool = True) -> None:
+        self.drop = drop
+        self.corrupt = corrupt  # characters that come out as U+FFFD
+        self.align = align
+        self.calls: list[list[str]] = []
+
+    def count_tokens(self, text: str, pair: Pair) -> int:
+        return len(text)
+
+    def _one(self, text: str) -> str:
+        out = to_pseudo(text)
+        if self.drop:
+            out = TOKEN_RE.sub("", out)
+        for ch in self.corrupt:
+            out = out.replace(ch, "\ufffd")
+        return out
+
+    def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
+        self.calls.append(list(texts))
+        return [Translation(self._one(t), len(t), len(t)) for t in texts]
+
+    def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]:
+        return frozenset(c for c in text if c in self.corrupt)
+
+
+class AligningPseudoTranslator(PseudoTranslator):
+    """Adds attention: the map is character for character, so the alignment is the diagonal."""
+
+    def translate_aligned(self, texts: Sequence[str], pair: Pair) -> list[AlignedTranslation]:
+        self.calls.append(list(texts))
+        out = []
+        for text in texts:
+            target = to_pseudo(text)
+            spans = tuple((i, i + 1) for i in range(len(text)))
+            attention = tuple(
+                tuple(1.0 if i == j else 0.0 for j in range(len(text))) for i in range(len(text))
+            )
+            out.append(AlignedTranslation(target, len(text), len(text), spans, spans, attention))
+        return out

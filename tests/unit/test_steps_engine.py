@@ -1,0 +1,114 @@
+"""The engine step on the engine lane: measured call costs, bulk calls bounded, the shaper fed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.costs import CostModel
+from pipeline.engine.shaping import BatchShaper
+from pipeline.engine.translator import Translation
+from pipeline.messages import TranslationRequest, now_ms
+from pipeline.pairs import Pair, pair_topic
+from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
+from pipeline.settings import load_settings
+from pipeline.steps.base import Batch, BatchStats, Item, Record
+from pipeline.steps.engine import EngineRunner, Translate
+
+PAIR = Pair("en", "de")
+
+
+class CostedTranslator:
+    """Echoes texts; one token per word; call costs as measured (given)."""
+
+    model_id = "fake"
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self.calls: list[list[str]] = []
+
+    def cost_model(self, pair: Pair) -> CostModel:
+        return self.cost
+
+    def count_tokens(self, text: str, pair: Pair) -> int:
+        return len(text.split())
+
+    def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
+        self.calls.append(list(texts))
+        return [Translation(t, len(t.split()), len(t.split())) for t in texts]
+
+
+SHORT, LONG = "a b", " ".join(["w"] * 40)
+
+
+def _run(runner: EngineRunner, texts: list[str]) -> BatchStats:
+    stats = BatchStats()
+    out = asyncio.run(runner.run(texts, PAIR, stats))
+    assert [t.text for t in out] == texts  # type: ignore[union-attr]
+    return stats
+
+
+def test_calls_are_cut_by_the_translators_measured_costs():
+    cheap_calls = CostedTranslator(CostModel(per_call_s=0.001, per_step_s=0.0, per_token_s=0.01))
+    stats = _run(
+        EngineRunner(cheap_calls, TokenBudgetBatcher(4096), PriorityGate()),
+        [SHORT, LONG, SHORT, SHORT],
+    )
+    assert sorted(len(c) for c in cheap_calls.calls) == [1, 3]  # the long text alone
+    assert stats.engine_batches and stats.padding_ratio == 0.0
+
+    dear_calls = CostedTranslator(CostModel(per_call_s=10.0, per_step_s=0.0, per_token_s=0.01))
+    _run(
+        EngineRunner(dear_calls, TokenBudgetBatcher(4096), PriorityGate()),
+        [SHORT, LONG, SHORT, SHORT],
+    )
+    assert [len(c) for c in dear_calls.calls] == [4]  # padding is cheaper than a call
+
+
+def test_bulk_calls_stay_within_their_time_bound():
+    settings = load_settings()
+    settings = settings.model_copy(
+        update={"batching": settings.batching.model_copy(update={"bulk_max_call_s": 0.05})}
+    )
+    translator = CostedTranslator(CostModel(per_call_s=0.005, per_step_s=0.0, per_token_s=0.001))
+    shaper = BatchShaper(settings, PAIR, translator.cost, bulk=True)
+    runner = EngineRunner(translator, TokenBudgetBatcher(4096), PriorityGate(), BULK, shaper=shaper)
+    _run(runner, [" ".join(["w"] * 10)] * 12)
+    # 10 tokens each: 5 ms + 10 ms per text; 4 texts = 45 ms, a fifth would pass 50 ms
+    assert [len(c) for c in translator.calls] == [4, 4, 4]
+
+
+def test_translate_step_feeds_the_adaptive_controller():
+    settings = load_settings()
+    settings = settings.model_copy(
+        update={
+            "batching": settings.batching.model_copy(
+                update={"adaptive": True, "p95_ms": {PAIR.id: 500.0}}
+            )
+        }
+    )
+    translator = CostedTranslator(CostModel(per_call_s=0.005, per_step_s=0.0, per_token_s=0.001))
+    shaper = BatchShaper(settings, PAIR, translator.cost, bulk=False)
+    runner = EngineRunner(
+        translator, TokenBudgetBatcher(4096), PriorityGate(), INTERACTIVE, shaper=shaper
+    )
+    submitted = now_ms() - 2000  # waited two seconds before the batch began
+    items = []
+    for i, text in enumerate([SHORT, LONG]):
+        request = TranslationRequest(
+            request_id=f"r{i}",
+            source_lang="en",
+            target_lang="de",
+            text=text,
+            submitted_at=submitted,
+        )
+        record = Record(pair_topic(PAIR), 0, i, b"k", request.to_json())
+        items.append(Item(record, request=request, digest=f"d{i}"))
+    batch = Batch(items, PAIR, "fake", "test")
+    asyncio.run(Translate(runner)(batch))
+    assert [item.translation.text for item in items] == [SHORT, LONG]  # type: ignore[union-attr]
+    assert shaper.controller is not None
+    state = shaper.controller.state
+    assert state.queue_delay_s > 0.1  # smoothed two-second wait
+    assert state.service_s > 0
