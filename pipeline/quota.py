@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings, TenantSettings
 
 log = logging.getLogger(__name__)
@@ -131,18 +132,11 @@ class QuotaLimiter:
         tenants: TenantSettings,
         redis_settings: RedisSettings,
         *,
-        client: redis.Redis | None = None,
+        client: redis.Redis[bytes] | None = None,
     ) -> None:
         self._tenants = tenants
         self._prefix = f"{redis_settings.key_prefix}:quota"
-        self._client = client or redis.Redis.from_url(
-            redis_settings.url,
-            password=(
-                redis_settings.password.get_secret_value() if redis_settings.password else None
-            ),
-            socket_timeout=redis_settings.socket_timeout_s,
-            socket_connect_timeout=redis_settings.socket_timeout_s,
-        )
+        self._client = client or redis_client(redis_settings)
         self._script: Callable[..., Any] = self._client.register_script(_SCRIPT)
         self._degraded = False
         self.errors = 0

@@ -28,6 +28,7 @@ import redis
 
 from pipeline.errors import BabelStreamError
 from pipeline.fidelity.glossary import Glossary, Term
+from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
 
 
@@ -94,12 +95,7 @@ class GlossaryStore:
         self, settings: RedisSettings, client: redis.Redis[bytes] | None = None
     ) -> None:
         self._prefix = settings.key_prefix
-        self._client = client or redis.Redis.from_url(
-            settings.url,
-            password=settings.password.get_secret_value() if settings.password else None,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-        )
+        self._client = client or redis_client(settings)
 
     @property
     def channel(self) -> str:
