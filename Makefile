@@ -83,8 +83,11 @@ bench: install up
 	$(BIN)/babelstream bench adaptive --pair $(BENCH_PAIR) --json
 	$(BIN)/babelstream bench sla --json
 
+# Style, formatting and strict typing (CI runs this before the tests).
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # Dev-only: PyTorch + transformers to rebuild the bundled demo model.
 train-env:

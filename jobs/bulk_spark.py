@@ -62,13 +62,16 @@ PREFIX = "_bs_"
 FILE, ROW, DOC_ID = f"{PREFIX}file", f"{PREFIX}row", f"{PREFIX}doc_id"
 PLAN, RESULTS = f"{PREFIX}plan", f"{PREFIX}results"
 # What submit adds to each document: its wire doc id, segments and tail.
-PLAN_TYPE = pa.struct([
-    ("wire_id", pa.string()),
-    ("segments", pa.list_(pa.struct([("lead", pa.string()), ("text", pa.string())]))),
-    ("tail", pa.string()),
-])
-REQUEST_TYPE = pa.struct([("request_id", pa.string()), ("key", pa.binary()),
-                          ("value", pa.binary())])
+PLAN_TYPE = pa.struct(
+    [
+        ("wire_id", pa.string()),
+        ("segments", pa.list_(pa.struct([("lead", pa.string()), ("text", pa.string())]))),
+        ("tail", pa.string()),
+    ]
+)
+REQUEST_TYPE = pa.struct(
+    [("request_id", pa.string()), ("key", pa.binary()), ("value", pa.binary())]
+)
 RESULT_DDL = (
     "request_id STRING, status STRING, translation STRING, error STRING, job_id STRING, "
     "doc_id STRING, segment_index INT"
@@ -115,12 +118,18 @@ def read_documents(
     if id_column is not None and id_column not in docs.columns:
         raise BulkError(f"no id column {id_column!r} (columns: {', '.join(docs.columns)})")
     doc_id = (
-        F.col(id_column).cast("string") if id_column is not None
-        else F.concat(F.element_at(F.split("_metadata.file_path", "/"), -1), F.lit(":"),
-                      F.col("_metadata.row_index").cast("string"))
+        F.col(id_column).cast("string")
+        if id_column is not None
+        else F.concat(
+            F.element_at(F.split("_metadata.file_path", "/"), -1),
+            F.lit(":"),
+            F.col("_metadata.row_index").cast("string"),
+        )
     )
     return docs.select(
-        "*", F.col("_metadata.file_path").alias(FILE), F.col("_metadata.row_index").alias(ROW),
+        "*",
+        F.col("_metadata.file_path").alias(FILE),
+        F.col("_metadata.row_index").alias(ROW),
         doc_id.alias(DOC_ID),
     )
 
@@ -135,8 +144,11 @@ def _plan_document(max_bytes: int, text_format: str) -> Any:
         if text is None:
             return {"wire_id": wire_doc_id(doc_id), "segments": None, "tail": None}
         seg = segment_for_format(text, text_format, max_bytes)
-        return {"wire_id": wire_doc_id(doc_id), "tail": seg.tail,
-                "segments": [{"lead": s.lead, "text": s.text} for s in seg.segments]}
+        return {
+            "wire_id": wire_doc_id(doc_id),
+            "tail": seg.tail,
+            "segments": [{"lead": s.lead, "text": s.text} for s in seg.segments],
+        }
 
     return _udf(plan, PLAN_TYPE)
 
@@ -161,16 +173,19 @@ def _assemble_document(
         for r in results or []:
             if 0 <= r["segment_index"] < len(outcomes):
                 outcomes[r["segment_index"]] = SegmentOutcome(
-                    r["status"], r["translation"], r["error"])
+                    r["status"], r["translation"], r["error"]
+                )
         segmentation = Segmentation(
-            tuple(Segment(s["lead"], s["text"]) for s in segments), tail or "")
+            tuple(Segment(s["lead"], s["text"]) for s in segments), tail or ""
+        )
         doc = assemble_document(segmentation, outcomes)
     return {"translation": doc.translation, "status": doc.status, "errors": doc.errors}
 
 
 def _output_column() -> Column:
     column: Column = _udf(_assemble_document, pa.struct(list(OUTPUT_FIELDS)))(
-        F.col(f"{PLAN}.segments"), F.col(f"{PLAN}.tail"), F.col(RESULTS))
+        F.col(f"{PLAN}.segments"), F.col(f"{PLAN}.tail"), F.col(RESULTS)
+    )
     return column
 
 
@@ -215,50 +230,84 @@ def submit(
     Markup documents (``text_format`` html, xml, markdown) are one segment each.
     """
     template = RequestTemplate(
-        job_id=job_id, pair=pair, model_id=model_id_for(settings, pair),
-        timeout_ms=settings.bulk.timeout_ms, tenant=tenant, domain=domain,
-        text_format=text_format, glossary=glossary,
+        job_id=job_id,
+        pair=pair,
+        model_id=model_id_for(settings, pair),
+        timeout_ms=settings.bulk.timeout_ms,
+        tenant=tenant,
+        domain=domain,
+        text_format=text_format,
+        glossary=glossary,
     )
     topic = topic or bulk_topic(pair)
     state = JobState(settings.bulk.state_dir, job_id)
     plan_dir = plan_path(settings, job_id)
-    state.start(job_identity(pair, tenant, domain, text_format, glossary), engine="spark",
-                inputs=[input_path], id_column=id_column, text_column=text_column,
-                plan=str(plan_dir))
+    state.start(
+        job_identity(pair, tenant, domain, text_format, glossary),
+        engine="spark",
+        inputs=[input_path],
+        id_column=id_column,
+        text_column=text_column,
+        plan=str(plan_dir),
+    )
     docs = read_documents(spark, input_path, id_column, text_column)
-    planned = docs.withColumn(PLAN, _plan_document(settings.limits.max_text_bytes, text_format)(
-        F.col(DOC_ID), F.col(text_column)))
+    planned = docs.withColumn(
+        PLAN,
+        _plan_document(settings.limits.max_text_bytes, text_format)(
+            F.col(DOC_ID), F.col(text_column)
+        ),
+    )
     planned.write.mode("overwrite").parquet(str(plan_dir))
     plan = spark.read.parquet(str(plan_dir))
     segments = plan.select(
         FILE, ROW, DOC_ID, F.posexplode(f"{PLAN}.segments").alias("segment_index", "segment")
     )
     requests = segments.select(
-        FILE, ROW, "segment_index",
-        _segment_request(template)(F.col(DOC_ID), F.col("segment_index").cast("int"),
-                                   F.col("segment.text")).alias("r"),
+        FILE,
+        ROW,
+        "segment_index",
+        _segment_request(template)(
+            F.col(DOC_ID), F.col("segment_index").cast("int"), F.col("segment.text")
+        ).alias("r"),
     ).select(FILE, ROW, "segment_index", "r.*")
-    done = (job_results(spark, settings, job_id, RESULTS_TOPIC)
-            .where(F.col("status") == "ok").select("request_id").distinct())
+    done = (
+        job_results(spark, settings, job_id, RESULTS_TOPIC)
+        .where(F.col("status") == "ok")
+        .select("request_id")
+        .distinct()
+    )
     pending = requests.join(done, "request_id", "left_anti")
     if max_segments is not None:
         pending = pending.orderBy(FILE, ROW, "segment_index").limit(max_segments)
     pending = pending.select("key", "value").persist()
     try:
         published = pending.count()
-        (pending.write.format("kafka")
-         .options(**spark_kafka_options(settings.kafka))
-         .option("kafka.acks", "all")
-         .option("topic", topic)
-         .save())
+        (
+            pending.write.format("kafka")
+            .options(**spark_kafka_options(settings.kafka))
+            .option("kafka.acks", "all")
+            .option("topic", topic)
+            .save()
+        )
     finally:
         pending.unpersist()
     documents = plan.count()
     segments_total = segments.count()
-    report = {"job_id": job_id, "documents": documents, "segments_total": segments_total,
-              "published": published, "topic": topic, "plan": str(plan_dir)}
-    state.update(state="submitted", pid=None, documents=documents,
-                 segments_total=segments_total, last_submit=report)
+    report = {
+        "job_id": job_id,
+        "documents": documents,
+        "segments_total": segments_total,
+        "published": published,
+        "topic": topic,
+        "plan": str(plan_dir),
+    }
+    state.update(
+        state="submitted",
+        pid=None,
+        documents=documents,
+        segments_total=segments_total,
+        last_submit=report,
+    )
     return report
 
 
@@ -283,23 +332,37 @@ def assemble(
         .agg(F.max_by(F.struct("status", "translation", "error"), ok_first).alias("r"))
     )
     per_doc = per_segment.groupBy(F.col("doc_id").alias(f"{PREFIX}rdoc")).agg(
-        F.collect_list(F.struct("segment_index", "r.status", "r.translation", "r.error"))
-        .alias(RESULTS))
+        F.collect_list(F.struct("segment_index", "r.status", "r.translation", "r.error")).alias(
+            RESULTS
+        )
+    )
     joined = plan.join(per_doc, plan[f"{PLAN}.wire_id"] == per_doc[f"{PREFIX}rdoc"], "left")
     original = [c for c in plan.columns if not c.startswith(PREFIX)]
     out = joined.select(*original, FILE, ROW, _output_column().alias("out"))
-    (out.repartitionByRange(files, FILE, ROW)
-     .sortWithinPartitions(FILE, ROW)
-     .select(*original, *(F.col(f"out.{name}").alias(name) for name in OUTPUT_COLUMNS))
-     .write.mode("overwrite").parquet(output))
-    rows = (spark.read.parquet(output).groupBy("status")
-            .agg(F.count("*").alias("documents"), F.sum(F.size("errors")).alias("failed"))
-            .collect())
+    (
+        out.repartitionByRange(files, FILE, ROW)
+        .sortWithinPartitions(FILE, ROW)
+        .select(*original, *(F.col(f"out.{name}").alias(name) for name in OUTPUT_COLUMNS))
+        .write.mode("overwrite")
+        .parquet(output)
+    )
+    rows = (
+        spark.read.parquet(output)
+        .groupBy("status")
+        .agg(F.count("*").alias("documents"), F.sum(F.size("errors")).alias("failed"))
+        .collect()
+    )
     counts = {row["status"]: row["documents"] for row in rows}
-    report = {"job_id": job_id, "output": output, "doc_statuses": counts,
-              "documents": sum(counts.values()),
-              "segments_failed": sum(row["failed"] or 0 for row in rows)}
+    report = {
+        "job_id": job_id,
+        "output": output,
+        "doc_statuses": counts,
+        "documents": sum(counts.values()),
+        "segments_failed": sum(row["failed"] or 0 for row in rows),
+    }
     JobState(settings.bulk.state_dir, job_id).update(
-        state="done" if set(counts) <= {"ok"} else "assembled-with-errors", output=output,
-        last_assembly=report)
+        state="done" if set(counts) <= {"ok"} else "assembled-with-errors",
+        output=output,
+        last_assembly=report,
+    )
     return report

@@ -175,30 +175,40 @@ def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     is_tick = F.col("topic") == sla.ticks_topic
     value = F.col("value").cast("string")
     parsed = source.select(
-        F.col("topic").alias("kafka_topic"), F.col("partition").alias("kafka_partition"),
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
         F.col("offset").alias("kafka_offset"),
         is_tick.alias("is_tick"),
         F.when(~is_tick, F.from_json(value, result_schema_ddl())).alias("r"),
         F.when(is_tick, F.from_json(value, schema_ddl(TICK_FIELDS))).alias("t"),
     )
-    result_complete = F.col("r.pair").isNotNull() & F.col("r.status").isNotNull() & \
-        F.col("r.completed_at").isNotNull() & F.col("r.latency_ms").isNotNull()
-    complete = parsed.where(F.when(F.col("is_tick"), F.col("t.emitted_at").isNotNull())
-                            .otherwise(result_complete))
+    result_complete = (
+        F.col("r.pair").isNotNull()
+        & F.col("r.status").isNotNull()
+        & F.col("r.completed_at").isNotNull()
+        & F.col("r.latency_ms").isNotNull()
+    )
+    complete = parsed.where(
+        F.when(F.col("is_tick"), F.col("t.emitted_at").isNotNull()).otherwise(result_complete)
+    )
     unsupported = F.col("r.reason") == UNSUPPORTED_PAIR_REASON
     return complete.select(
-        "kafka_topic", "kafka_partition", "kafka_offset",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
         (~F.col("is_tick")).alias("is_result"),
         F.col("r.request_id").alias("request_id"),
         F.when(unsupported, F.lit(UNSUPPORTED_SERIES)).otherwise(F.col("r.pair")).alias("series"),
-        F.when(F.col("r.job_id").isNotNull(), F.lit("bulk")).otherwise(F.lit("interactive"))
+        F.when(F.col("r.job_id").isNotNull(), F.lit("bulk"))
+        .otherwise(F.lit("interactive"))
         .alias("priority"),
         F.col("r.status").alias("status"),
         F.col("r.cache").alias("cache"),
         F.col("r.latency_ms").alias("latency_ms"),
         F.col("r.completed_at").alias("completed_at"),
-        F.timestamp_millis(F.coalesce(F.col("r.completed_at"), F.col("t.emitted_at")))
-        .alias("event_time"),
+        F.timestamp_millis(F.coalesce(F.col("r.completed_at"), F.col("t.emitted_at"))).alias(
+            "event_time"
+        ),
     )
 
 
@@ -222,8 +232,11 @@ def windowed(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     slide = spark_interval(sla.slide_s) if sla.slide_s is not None else None
     rows = stream.withColumn("w", F.window("event_time", spark_interval(sla.window_s), slide))
     slots = -(-window_ms // slide_ms)
-    slot = F.pmod(F.floor(F.unix_millis("w.start") / slide_ms), F.lit(slots)) \
-        if slots > 1 else F.lit(0)
+    slot = (
+        F.pmod(F.floor(F.unix_millis("w.start") / slide_ms), F.lit(slots))
+        if slots > 1
+        else F.lit(0)
+    )
     return rows.select(
         *(name for name in stream.columns if name != "event_time"),
         (F.col("w.end") - F.expr("INTERVAL 1 MILLISECOND")).alias("window_time"),
@@ -244,8 +257,9 @@ def _counted_rows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     if not sla.dedup:
         return stamped.withColumn("counted", F.lit(True))
     received = stamped.withColumn("counted", F.lit(False))
-    first_copies = stamped.dropDuplicatesWithinWatermark(["request_id", "slot"]) \
-        .withColumn("counted", F.lit(True))
+    first_copies = stamped.dropDuplicatesWithinWatermark(["request_id", "slot"]).withColumn(
+        "counted", F.lit(True)
+    )
     return received.unionByName(first_copies)
 
 
@@ -262,8 +276,9 @@ def sla_windows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     aggregates = [
         _occurrences(counted).alias("count"),
         _occurrences(F.col("is_result") & ~F.col("counted")).alias("received"),
-        F.percentile_approx(latency, list(PERCENTILES), sla.percentile_accuracy)
-        .alias("percentiles"),
+        F.percentile_approx(latency, list(PERCENTILES), sla.percentile_accuracy).alias(
+            "percentiles"
+        ),
         _occurrences(counted & timed_out).alias("timeouts"),
         _occurrences(counted & (F.col("status") == "error")).alias("errors"),
         _occurrences(counted & F.col("cache").isin(*CACHE_HITS)).alias("cache_hits"),
@@ -271,28 +286,49 @@ def sla_windows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
         _occurrences(counted & (F.col("status") == "rejected")).alias("rejected"),
     ]
     if sla.sketch_k is not None:
-        aggregates.append(F.kll_sketch_agg_double(latency.cast("double"), F.lit(sla.sketch_k))
-                          .alias("sketch"))
+        aggregates.append(
+            F.kll_sketch_agg_double(latency.cast("double"), F.lit(sla.sketch_k)).alias("sketch")
+        )
     figures = rows.groupBy("window_time", "series", "priority").agg(*aggregates)
     if not sla.dedup:
         figures = figures.withColumn("received", F.col("count"))
     window_end = F.unix_millis("window_time") + 1
     # windows that only ticks touched (or whose every result was a repeat) carry no figures
     return figures.where(F.col("count") > 0).select(
-        "series", "priority",
+        "series",
+        "priority",
         (window_end - round(sla.window_s * 1000)).alias("window_start"),
         window_end.alias("window_end"),
-        *(name for name in ("count", "received", "percentiles", "timeouts", "errors",
-                            "cache_hits", "cancelled", "rejected", "sketch")
-          if name != "sketch" or sla.sketch_k is not None),
+        *(
+            name
+            for name in (
+                "count",
+                "received",
+                "percentiles",
+                "timeouts",
+                "errors",
+                "cache_hits",
+                "cancelled",
+                "rejected",
+                "sketch",
+            )
+            if name != "sketch" or sla.sketch_k is not None
+        ),
     )
 
 
 def windowed_results(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     """Each result once per window it belongs to (no state, no watermark): the late query."""
     return windowed(stream.where(F.col("is_result")), sla).select(
-        "kafka_topic", "kafka_partition", "kafka_offset",
-        "request_id", "series", "priority", "status", "latency_ms", "completed_at",
+        "kafka_topic",
+        "kafka_partition",
+        "kafka_offset",
+        "request_id",
+        "series",
+        "priority",
+        "status",
+        "latency_ms",
+        "completed_at",
         (F.unix_millis("window_time") + 1 - round(sla.window_s * 1000)).alias("window_start"),
         (F.unix_millis("window_time") + 1).alias("window_end"),
     )
@@ -308,8 +344,9 @@ class KafkaSink:
     def send(self, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Produce ``(key, value)`` records and wait until every one is acknowledged."""
         if self._producer is None:
-            self._producer = KafkaProducer(**kafka_python_options(self._kafka, "sla"),
-                                           acks="all", linger_ms=5)
+            self._producer = KafkaProducer(
+                **kafka_python_options(self._kafka, "sla"), acks="all", linger_ms=5
+            )
         futures = [self._producer.send(topic, key=key, value=value) for key, value in records]
         self._producer.flush()
         for future in futures:
@@ -321,8 +358,13 @@ class KafkaSink:
             self._producer.close()
 
 
-def write_parquet(folder: Path, prefix: str, rows: list[dict[str, Any]], batch_id: int,
-                  schema: pa.Schema | None = None) -> None:
+def write_parquet(
+    folder: Path,
+    prefix: str,
+    rows: list[dict[str, Any]],
+    batch_id: int,
+    schema: pa.Schema | None = None,
+) -> None:
     """One Parquet file per batch, named by batch id and content (a rewrite replaces it)."""
     table = pa.Table.from_pylist(rows, schema=schema)
     digest = hashlib.blake2b(repr(rows).encode(), digest_size=8).hexdigest()
@@ -336,8 +378,9 @@ def write_parquet(folder: Path, prefix: str, rows: list[dict[str, Any]], batch_i
 class _BatchSinks:
     """Runs each sink once per micro-batch id, however often Spark re-runs the batch."""
 
-    def __init__(self, checkpoint: Path, sinks: dict[str, Callable[[list[Any], int], None]],
-                 what: str) -> None:
+    def __init__(
+        self, checkpoint: Path, sinks: dict[str, Callable[[list[Any], int], None]], what: str
+    ) -> None:
         self._sinks = sinks
         self._logs = {name: BatchLog(checkpoint / "sinks" / name) for name in sinks}
         self._what = what
@@ -351,8 +394,14 @@ class _BatchSinks:
         if pending:
             self.written += len(items)
         done = sorted(set(self._logs) - set(pending))
-        log.info("batch %d: %d %s -> %s (already written: %s)", batch_id, len(items), self._what,
-                 ",".join(pending) or "-", ",".join(done) or "-")
+        log.info(
+            "batch %d: %d %s -> %s (already written: %s)",
+            batch_id,
+            len(items),
+            self._what,
+            ",".join(pending) or "-",
+            ",".join(done) or "-",
+        )
 
 
 class WindowSinks:
@@ -364,10 +413,13 @@ class WindowSinks:
         self._kafka = kafka
         self._burn = BurnRates()
         writers: dict[str, Callable[[list[Any], int], None]] = {
-            "kafka": self._to_kafka, "parquet": self._to_parquet, "console": self._to_console,
+            "kafka": self._to_kafka,
+            "parquet": self._to_parquet,
+            "console": self._to_console,
         }
-        self._batches = _BatchSinks(sla.checkpoint_dir, {s: writers[s] for s in sla.sinks},
-                                    "windows")
+        self._batches = _BatchSinks(
+            sla.checkpoint_dir, {s: writers[s] for s in sla.sinks}, "windows"
+        )
         if "parquet" in sla.sinks:
             self._resume_burn_rates()
 
@@ -380,16 +432,23 @@ class WindowSinks:
         from pipeline.sla_history import recent_windows
 
         for window in recent_windows(self._sla.history_dir, max(self._burn.horizons_ms)):
-            self._burn.add(window.pair, window.priority, window.window_end, window.count,
-                           round(window.timeout_ratio * window.count))
+            self._burn.add(
+                window.pair,
+                window.priority,
+                window.window_end,
+                window.count,
+                round(window.timeout_ratio * window.count),
+            )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = sorted((WindowFigures.from_row(row.asDict(recursive=True))
-                       for row in batch.collect()),
-                      key=lambda f: (f.window_start, f.series, f.priority))
+        rows = sorted(
+            (WindowFigures.from_row(row.asDict(recursive=True)) for row in batch.collect()),
+            key=lambda f: (f.window_start, f.series, f.priority),
+        )
         if rows:
-            self._batches.write([(to_sla_window(f, self._sla, self._burn), f.sketch)
-                                 for f in rows], batch_id)
+            self._batches.write(
+                [(to_sla_window(f, self._sla, self._burn), f.sketch) for f in rows], batch_id
+            )
 
     def _to_kafka(self, items: list[tuple[SlaWindow, bytes | None]], _batch_id: int) -> None:
         self._kafka.send(self._sla.sink_topic, [(w.pair.encode(), w.to_json()) for w, _ in items])
@@ -397,8 +456,13 @@ class WindowSinks:
     def _to_parquet(self, items: list[tuple[SlaWindow, bytes | None]], batch_id: int) -> None:
         from pipeline.sla_history import HISTORY_SCHEMA
 
-        write_parquet(self._sla.history_dir, "sla", [history_row(w, s) for w, s in items],
-                      batch_id, HISTORY_SCHEMA)
+        write_parquet(
+            self._sla.history_dir,
+            "sla",
+            [history_row(w, s) for w, s in items],
+            batch_id,
+            HISTORY_SCHEMA,
+        )
 
     def _to_console(self, items: list[tuple[SlaWindow, bytes | None]], _batch_id: int) -> None:
         for window, _ in items:
@@ -434,8 +498,12 @@ class LateSinks:
         return self._batches.written
 
     def _wait_for_coverage(self, batch: DataFrame) -> None:
-        needed = {(row[0], row[1]): row[2] for row in batch.groupBy(
-            "kafka_topic", "kafka_partition").agg(F.max("kafka_offset")).collect()}
+        needed = {
+            (row[0], row[1]): row[2]
+            for row in batch.groupBy("kafka_topic", "kafka_partition")
+            .agg(F.max("kafka_offset"))
+            .collect()
+        }
         while not self._offsets.covers(needed) and not self._halt.wait(_POLL_S):
             pass
 
@@ -446,25 +514,34 @@ class LateSinks:
             return
         judged = batch.sparkSession.createDataFrame(
             [(r.topic, r.partition, r.start, r.end, r.watermark_ms) for r in ranges],
-            "r_topic STRING, r_partition INT, r_start BIGINT, r_end BIGINT, watermark BIGINT")
-        read_by = ((F.col("kafka_topic") == F.col("r_topic"))
-                   & (F.col("kafka_partition") == F.col("r_partition"))
-                   & (F.col("kafka_offset") >= F.col("r_start"))
-                   & (F.col("kafka_offset") < F.col("r_end")))
+            "r_topic STRING, r_partition INT, r_start BIGINT, r_end BIGINT, watermark BIGINT",
+        )
+        read_by = (
+            (F.col("kafka_topic") == F.col("r_topic"))
+            & (F.col("kafka_partition") == F.col("r_partition"))
+            & (F.col("kafka_offset") >= F.col("r_start"))
+            & (F.col("kafka_offset") < F.col("r_end"))
+        )
         # the aggregation's own test: window_time (end - 1 ms) at or before the watermark
-        late = (batch.join(F.broadcast(judged), read_by)
-                .where(F.col("window_end") - 1 <= F.col("watermark")).collect())
+        late = (
+            batch.join(F.broadcast(judged), read_by)
+            .where(F.col("window_end") - 1 <= F.col("watermark"))
+            .collect()
+        )
         if late:
             self._batches.write(
-                sorted((to_late_result(row.asDict(), int(row["watermark"])) for row in late),
-                       key=lambda r: (r.window_start, r.pair, r.request_id)), batch_id)
+                sorted(
+                    (to_late_result(row.asDict(), int(row["watermark"])) for row in late),
+                    key=lambda r: (r.window_start, r.pair, r.request_id),
+                ),
+                batch_id,
+            )
 
     def _to_kafka(self, rows: list[LateResult], _batch_id: int) -> None:
         self._kafka.send(self._sla.late_topic, [(r.pair.encode(), r.to_json()) for r in rows])
 
     def _to_parquet(self, rows: list[LateResult], batch_id: int) -> None:
-        write_parquet(self._sla.late_history_dir, "late", [r.model_dump() for r in rows],
-                      batch_id)
+        write_parquet(self._sla.late_history_dir, "late", [r.model_dump() for r in rows], batch_id)
 
 
 @dataclass
@@ -476,26 +553,38 @@ class QuerySpec:
     start: Callable[[], StreamingQuery]
 
 
-def query_specs(spark: SparkSession, settings: Settings, windows: WindowSinks,
-                late: LateSinks | None) -> list[QuerySpec]:
+def query_specs(
+    spark: SparkSession, settings: Settings, windows: WindowSinks, late: LateSinks | None
+) -> list[QuerySpec]:
     """The windows query and (unless disabled) the late-rows query."""
     sla = settings.sla
     stream = read_stream(spark, settings)
     trigger = spark_interval(sla.trigger_s)
 
     def start_windows() -> StreamingQuery:
-        return (sla_windows(stream, sla).writeStream.outputMode("append")
-                .foreachBatch(windows)
-                .option("checkpointLocation", str(sla.checkpoint_dir))
-                .trigger(processingTime=trigger).queryName("babelstream_sla").start())
+        return (
+            sla_windows(stream, sla)
+            .writeStream.outputMode("append")
+            .foreachBatch(windows)
+            .option("checkpointLocation", str(sla.checkpoint_dir))
+            .trigger(processingTime=trigger)
+            .queryName("babelstream_sla")
+            .start()
+        )
 
     specs = [QuerySpec("windows", sla.checkpoint_dir, start_windows)]
     if late is not None:
+
         def start_late() -> StreamingQuery:
-            return (windowed_results(stream, sla).writeStream.outputMode("append")
-                    .foreachBatch(late)
-                    .option("checkpointLocation", str(sla.checkpoint_dir / "late"))
-                    .trigger(processingTime=trigger).queryName("babelstream_sla_late").start())
+            return (
+                windowed_results(stream, sla)
+                .writeStream.outputMode("append")
+                .foreachBatch(late)
+                .option("checkpointLocation", str(sla.checkpoint_dir / "late"))
+                .trigger(processingTime=trigger)
+                .queryName("babelstream_sla_late")
+                .start()
+            )
 
         specs.append(QuerySpec("late", sla.checkpoint_dir / "late", start_late))
     return specs
@@ -503,10 +592,13 @@ def query_specs(spark: SparkSession, settings: Settings, windows: WindowSinks,
 
 def _observe(query: StreamingQuery, tracker: ProgressTracker) -> None:
     for report in tracker.observe(query.recentProgress):
-        log.info("batch %s: %s input rows in %s ms, watermark %s", report["batchId"],
-                 input_rows(report, tracker.scans),
-                 (report.get("durationMs") or {}).get("triggerExecution"),
-                 (report.get("eventTime") or {}).get("watermark"))
+        log.info(
+            "batch %s: %s input rows in %s ms, watermark %s",
+            report["batchId"],
+            input_rows(report, tracker.scans),
+            (report.get("durationMs") or {}).get("triggerExecution"),
+            (report.get("eventTime") or {}).get("watermark"),
+        )
 
 
 class RunningQuery:
@@ -532,13 +624,20 @@ class RunningQuery:
         replayed, self._replayed = self._replayed, None
         if replayed is None or checkpoint_batches(self.spec.checkpoint)[1] < replayed:
             self.query.awaitTermination()  # raises the StreamingQueryException
-        log.warning("the %s query failed after re-running batch %d (SPARK-55271); starting it "
-                    "again", self.spec.name, replayed)
+        log.warning(
+            "the %s query failed after re-running batch %d (SPARK-55271); starting it again",
+            self.spec.name,
+            replayed,
+        )
         self.query = self.spec.start()
 
 
-def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
-              stop: threading.Event, halt: threading.Event) -> None:
+def supervise(
+    queries: list[RunningQuery],
+    tracker: ProgressTracker,
+    stop: threading.Event,
+    halt: threading.Event,
+) -> None:
     """Follow the queries until one fails, ``stop`` is set, or the windows query idles.
 
     ``queries[0]`` is the windows query. Each query is stopped between
@@ -563,14 +662,19 @@ def supervise(queries: list[RunningQuery], tracker: ProgressTracker,
             overdue = time.monotonic() - stopping_since > _STOP_GRACE_S
             for running in queries:
                 if running.query.isActive and (
-                        overdue or not running.query.status["isTriggerActive"]):
+                    overdue or not running.query.status["isTriggerActive"]
+                ):
                     running.query.stop()
     _observe(windows.query, tracker)
 
 
-def run(settings: Settings, until_idle_s: float | None = None,
-        stop: threading.Event | None = None, late_rows: bool = True,
-        on_input: Callable[[int], object] | None = None) -> RunSummary:
+def run(
+    settings: Settings,
+    until_idle_s: float | None = None,
+    stop: threading.Event | None = None,
+    late_rows: bool = True,
+    on_input: Callable[[int], object] | None = None,
+) -> RunSummary:
     """Run the SLA job until ``stop`` is set or, with ``until_idle_s``, input stops.
 
     Raises :class:`~pipeline.sla.SlaJobError` when a query fails (the
@@ -591,8 +695,7 @@ def run(settings: Settings, until_idle_s: float | None = None,
     halt = threading.Event()
     late = LateSinks(settings, kafka, halt) if late_rows else None
     # the dedup branch scans the source a second time (see _counted_rows)
-    tracker = ProgressTracker(until_idle_s, on_input=on_input,
-                              scans=2 if settings.sla.dedup else 1)
+    tracker = ProgressTracker(until_idle_s, on_input=on_input, scans=2 if settings.sla.dedup else 1)
     try:
         for spec in query_specs(spark, settings, windows, late):
             running.append(RunningQuery(spec))
@@ -606,5 +709,9 @@ def run(settings: Settings, until_idle_s: float | None = None,
                 query.query.stop()
         kafka.close()
         spark.stop()
-    return RunSummary(tuple(tracker.input_batches), windows.windows, time.monotonic() - started,
-                      late.rows if late is not None else 0)
+    return RunSummary(
+        tuple(tracker.input_batches),
+        windows.windows,
+        time.monotonic() - started,
+        late.rows if late is not None else 0,
+    )

@@ -144,8 +144,11 @@ class RedisCache:
             except ValidationError as exc:
                 # Written by another version or damaged: a miss, never a failed request.
                 self.corrupt += 1
-                log.warning("ignoring an unreadable L2 cache entry %s (%d problems)",
-                            self.key(digest), exc.error_count())
+                log.warning(
+                    "ignoring an unreadable L2 cache entry %s (%d problems)",
+                    self.key(digest),
+                    exc.error_count(),
+                )
         return found
 
     def put_many(self, entries: Mapping[str, CachedTranslation]) -> None:
@@ -181,9 +184,7 @@ class TwoLevelCache:
     async def _l2(self, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._redis, call)
 
-    async def get_many(
-        self, digests: list[str]
-    ) -> dict[str, tuple[CachedTranslation, Level]]:
+    async def get_many(self, digests: list[str]) -> dict[str, tuple[CachedTranslation, Level]]:
         found: dict[str, tuple[CachedTranslation, Level]] = {
             d: (hit, "l1") for d, hit in self.l1.get_many(digests).items()
         }

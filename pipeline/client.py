@@ -76,7 +76,9 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     written twice.
     """
     return kafka_python_client(
-        KafkaProducer, settings, role,
+        KafkaProducer,
+        settings,
+        role,
         acks="all",
         retries=10,
         enable_idempotence=True,
@@ -100,21 +102,23 @@ def build_requests(
     requests = []
     for number, text in enumerate(texts, 1):
         try:
-            requests.append(TranslationRequest(
-                request_id=new_request_id(),
-                source_lang=pair.source,
-                target_lang=pair.target,
-                text=text,
-                submitted_at=submitted,
-                timeout_ms=options.timeout_ms,
-                tenant=options.tenant,
-                domain=options.domain,
-                metadata=options.metadata,
-                reply_to=options.reply_to,
-                format=options.text_format,
-                glossary=options.glossary,
-                terms=[GlossaryTerm(source=s, target=t) for s, t in options.terms] or None,
-            ))
+            requests.append(
+                TranslationRequest(
+                    request_id=new_request_id(),
+                    source_lang=pair.source,
+                    target_lang=pair.target,
+                    text=text,
+                    submitted_at=submitted,
+                    timeout_ms=options.timeout_ms,
+                    tenant=options.tenant,
+                    domain=options.domain,
+                    metadata=options.metadata,
+                    reply_to=options.reply_to,
+                    format=options.text_format,
+                    glossary=options.glossary,
+                    terms=[GlossaryTerm(source=s, target=t) for s, t in options.terms] or None,
+                )
+            )
         except ValidationError as exc:
             raise ContractError(f"text {number}: {describe_validation(exc)}") from None
     return requests
@@ -129,9 +133,7 @@ def check_sendable(requests: Sequence[TranslationRequest], limits: LimitSettings
     for number, request in enumerate(requests, 1):
         violation = check_limits(request, limits)
         if violation:
-            raise LimitExceeded(
-                f"text {number}: {violation}; nothing was sent"
-            )
+            raise LimitExceeded(f"text {number}: {violation}; nothing was sent")
 
 
 class TranslationClient:
@@ -144,8 +146,11 @@ class TranslationClient:
     """
 
     def __init__(
-        self, settings: KafkaSettings, limits: LimitSettings | None = None,
-        replies: ReplySettings | None = None, reply_topic: str | None = None,
+        self,
+        settings: KafkaSettings,
+        limits: LimitSettings | None = None,
+        replies: ReplySettings | None = None,
+        reply_topic: str | None = None,
     ) -> None:
         """``replies`` given: each :meth:`translate` call reads a reply topic of its own
         (``reply_topic``, kept, or an ephemeral one deleted after the call) instead of
@@ -160,7 +165,9 @@ class TranslationClient:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -185,7 +192,9 @@ class TranslationClient:
         futures = []
         for request in requests:
             with tracer().start_as_current_span(
-                SPAN_SUBMIT, context=parent, kind=SpanKind.PRODUCER,
+                SPAN_SUBMIT,
+                context=parent,
+                kind=SpanKind.PRODUCER,
                 attributes={
                     "messaging.system": "kafka",
                     "messaging.destination.name": topic,
@@ -193,12 +202,14 @@ class TranslationClient:
                     "babelstream.pair": request.pair.id,
                 },
             ) as span:
-                futures.append(self._producer.send(
-                    topic,
-                    key=request.pair.id.encode(),
-                    value=request.to_json(),
-                    headers=inject_headers(headers, span),
-                ))
+                futures.append(
+                    self._producer.send(
+                        topic,
+                        key=request.pair.id.encode(),
+                        value=request.to_json(),
+                        headers=inject_headers(headers, span),
+                    )
+                )
         self._producer.flush()
         for future in futures:
             future.get(timeout=self._settings.request_timeout_ms / 1000)
@@ -215,12 +226,16 @@ class TranslationClient:
         if self._replies is None:
             return self._translate(requests, timeout_s, headers)
         with ReplyTopic.for_call(self._settings, self._replies, self._reply_topic) as topic:
-            own = [r if r.reply_to else r.model_copy(update={"reply_to": topic.name})
-                   for r in requests]
+            own = [
+                r if r.reply_to else r.model_copy(update={"reply_to": topic.name}) for r in requests
+            ]
             return self._translate(own, timeout_s, headers)
 
     def _translate(
-        self, requests: Sequence[TranslationRequest], timeout_s: float, headers: Headers | None,
+        self,
+        requests: Sequence[TranslationRequest],
+        timeout_s: float,
+        headers: Headers | None,
     ) -> ReplyBatch:
         replies = ReplyBatch(request_ids=[r.request_id for r in requests])
         topics = {r.reply_to or RESULTS_TOPIC for r in requests}
@@ -238,7 +253,9 @@ class ResultListener:
         self, settings: KafkaSettings, topics: Iterable[str], since_ms: int | None = None
     ) -> None:
         self._consumer = kafka_python_client(
-            KafkaConsumer, settings, "replies",
+            KafkaConsumer,
+            settings,
+            "replies",
             group_id=None,
             enable_auto_commit=False,
         )
@@ -287,9 +304,7 @@ class ResultListener:
         """Read up to the end offsets the topics had when the listener started, then go on
         for ``wait_s`` seconds more, or stop as soon as every awaited id has a result."""
         deadline = time.monotonic() + wait_s
-        while replies.missing and (
-            not self._caught_up() or time.monotonic() < deadline
-        ):
+        while replies.missing and (not self._caught_up() or time.monotonic() < deadline):
             self._poll(replies)
 
     def _caught_up(self) -> bool:
@@ -313,7 +328,10 @@ class ResultListener:
 
 
 def fetch_results(
-    settings: KafkaSettings, request_ids: Sequence[str], since_ms: int, wait_s: float = 0.0,
+    settings: KafkaSettings,
+    request_ids: Sequence[str],
+    since_ms: int,
+    wait_s: float = 0.0,
     topic: str = RESULTS_TOPIC,
 ) -> ReplyBatch:
     """The first result of each id written to ``topic`` at or after ``since_ms`` (epoch ms).

@@ -150,4 +150,3 @@ def decode_request(
     if violation:
         return reject("limit_exceeded", violation)
     return Accepted(request)
-

@@ -54,8 +54,7 @@ def main() -> int:
         back_texts = [r.translation or "" for r in first.ordered if r]
         back = client.translate(build_requests(back_texts, Pair("en-XA", "en")), timeout_s=120)
         time.sleep(REPEATS_AFTER_S)
-        repeats = client.translate(build_requests(texts[len(SAMPLES):], DEMO_PAIR),
-                                   timeout_s=120)
+        repeats = client.translate(build_requests(texts[len(SAMPLES) :], DEMO_PAIR), timeout_s=120)
         forward = ReplyBatch(
             results={**first.results, **repeats.results},
             request_ids=first.request_ids + repeats.request_ids,
@@ -74,8 +73,7 @@ def main() -> int:
     caches = collections.Counter(r.cache or "-" for r in results if r.status == "ok")
     missing = len(forward.missing) + len(back.missing)
     print("\n== summary ==")
-    print(f"requests: {len(texts) + len(back_texts)}  results: {len(results)}  "
-          f"missing: {missing}")
+    print(f"requests: {len(texts) + len(back_texts)}  results: {len(results)}  missing: {missing}")
     print(f"status: {dict(statuses)}")
     print(f"answered by: {dict(caches)}  (miss = the model translated it)")
     if len(latencies):

@@ -92,9 +92,7 @@ class DeficitRoundRobin(Generic[T]):
         """The items of the next engine round (empty only when nothing is held)."""
         crowded = self.active_tenants() > 1
         chosen: list[T] = []
-        while self._held and (
-            not chosen or (not crowded and len(chosen) < self._max_items)
-        ):
+        while self._held and (not chosen or (not crowded and len(chosen) < self._max_items)):
             self._pass(chosen)
         return chosen
 

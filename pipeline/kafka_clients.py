@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
 def ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
     """A client TLS context: the configured CA, and the client certificate when set."""
-    context = ssl.create_default_context(
-        cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None
-    )
+    context = ssl.create_default_context(cafile=str(kafka.ssl_cafile) if kafka.ssl_cafile else None)
     context.check_hostname = kafka.ssl_check_hostname
     if kafka.ssl_certfile is not None:
         context.load_cert_chain(
@@ -63,6 +61,7 @@ def _security_options(kafka: KafkaSettings) -> dict[str, Any]:
         )
     return options
 
+
 class _DemoteClientNoise(logging.Filter):
     """Logs kafka-python 3 emits at WARNING/ERROR in normal operation, demoted to DEBUG.
 
@@ -89,14 +88,16 @@ class _DemoteClientNoise(logging.Filter):
         if record.name == "kafka.cluster":
             args = record.args if isinstance(record.args, tuple) else ()
             return record.msg == "Metadata refresh: failed %s" and any(
-                isinstance(a, Cancelled) for a in args)
+                isinstance(a, Cancelled) for a in args
+            )
         if record.name == "kafka.net.transport":
             error = record.exc_info[1] if record.exc_info else None
             return isinstance(error, AttributeError) and "(closed)" in record.getMessage()
         if record.name == "kafka.admin._groups":
             return str(record.msg).startswith("Unable to decode member_metadata")
         return record.name == "kafka.net.selector" and "threshold). It is blocking" in str(
-            record.msg)
+            record.msg
+        )
 
 
 _NOISE = _DemoteClientNoise()
@@ -104,8 +105,12 @@ _NOISE = _DemoteClientNoise()
 
 def quiet_client_noise() -> None:
     """Install :class:`_DemoteClientNoise` on kafka-python's loggers (idempotent)."""
-    for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector",
-                 "kafka.admin._groups"):
+    for name in (
+        "kafka.cluster",
+        "kafka.net.transport",
+        "kafka.net.selector",
+        "kafka.admin._groups",
+    ):
         logger = logging.getLogger(name)
         if _NOISE not in logger.filters:
             logger.addFilter(_NOISE)
@@ -182,17 +187,21 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
             options["kafka.ssl.endpoint.identification.algorithm"] = ""
         if kafka.ssl_certfile is not None:
             if kafka.ssl_keyfile is not None:
-                raise ValueError("Spark's Kafka client needs the client key and certificate "
-                                 "in one PEM file: put both in kafka.ssl_certfile")
+                raise ValueError(
+                    "Spark's Kafka client needs the client key and certificate "
+                    "in one PEM file: put both in kafka.ssl_certfile"
+                )
             options["kafka.ssl.keystore.type"] = "PEM"
             options["kafka.ssl.keystore.location"] = str(kafka.ssl_certfile)
             if kafka.ssl_key_password is not None:
                 options["kafka.ssl.key.password"] = kafka.ssl_key_password.get_secret_value()
     if kafka.security_protocol.startswith("SASL_"):
         assert kafka.sasl_password is not None  # checked by KafkaSettings
-        module = ("org.apache.kafka.common.security.plain.PlainLoginModule"
-                  if kafka.sasl_mechanism == "PLAIN"
-                  else "org.apache.kafka.common.security.scram.ScramLoginModule")
+        module = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule"
+            if kafka.sasl_mechanism == "PLAIN"
+            else "org.apache.kafka.common.security.scram.ScramLoginModule"
+        )
         py4j = logging.getLogger("py4j")
         if py4j.getEffectiveLevel() < logging.INFO:
             py4j.setLevel(logging.INFO)

@@ -88,8 +88,12 @@ class WorkerProcess:
             command += ["--pairs", ",".join(self._pairs)]
         with self._log_path.open("ab") as out:
             self._proc = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env=self._env,
-                start_new_session=True, group=self._group,
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                start_new_session=True,
+                group=self._group,
                 extra_groups=None if self._group is None else [],
             )
         try:
@@ -122,8 +126,10 @@ class WorkerProcess:
             while not (self.readiness() or {}).get("ready"):
                 self._check_alive()
                 if time.monotonic() > deadline:
-                    raise WorkerNotReady(f"worker not ready after {timeout_s:.0f}s "
-                                         f"({self.readiness()}); see {self._log_path}")
+                    raise WorkerNotReady(
+                        f"worker not ready after {timeout_s:.0f}s "
+                        f"({self.readiness()}); see {self._log_path}"
+                    )
                 bar.update()
                 time.sleep(0.25)
             with TranslationClient(self._settings.kafka) as client:
@@ -131,8 +137,9 @@ class WorkerProcess:
                     self._check_alive()
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
-                        raise WorkerNotReady(f"no probe result after {timeout_s:.0f}s; "
-                                             f"see {self._log_path}")
+                        raise WorkerNotReady(
+                            f"no probe result after {timeout_s:.0f}s; see {self._log_path}"
+                        )
                     probe = build_requests(["ready?"], self._probe_pair)
                     (result,) = client.translate(probe, timeout_s=min(10.0, remaining)).ordered
                     if result is not None:
@@ -184,7 +191,9 @@ class WorkerProcess:
         return self if self.returncode is None and self._proc else self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()

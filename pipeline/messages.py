@@ -68,9 +68,7 @@ def now_ms() -> int:
 
 class _Message(BaseModel):
     # strict: JSON types must match exactly ("5" is not an integer), as in JSON Schema.
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, regex_engine="python-re"
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, regex_engine="python-re")
     schema_name: ClassVar[str]
     # the version this code writes (and names its schema file by)
     wire_version: ClassVar[int] = SCHEMA_VERSION
@@ -179,7 +177,11 @@ class TranslationResult(_Message):
 
     @classmethod
     def for_request(
-        cls, request: TranslationRequest, *, status: Status, completed_at: int | None = None,
+        cls,
+        request: TranslationRequest,
+        *,
+        status: Status,
+        completed_at: int | None = None,
         **fields: Any,
     ) -> TranslationResult:
         """A result that carries the request's ids, pair and timing."""
@@ -340,9 +342,7 @@ class CancelRequest(_Message):
     @property
     def key(self) -> str:
         """The record key: the request id, or ``job:<job id>``."""
-        return self.request_id if self.request_id is not None else job_cancel_key(
-            self.job_id or ""
-        )
+        return self.request_id if self.request_id is not None else job_cancel_key(self.job_id or "")
 
     def applies_to(self, request: TranslationRequest) -> bool:
         """Whether this cancel covers ``request``."""

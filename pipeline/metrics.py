@@ -214,8 +214,9 @@ METRIC_NAMES: tuple[str, ...] = (
 )
 
 
-def record_batch(pair: str, stats: BatchStats, results: Iterable[TranslationResult],
-                 duration_s: float) -> None:
+def record_batch(
+    pair: str, stats: BatchStats, results: Iterable[TranslationResult], duration_s: float
+) -> None:
     """Count one processed micro-batch and its results."""
     BATCH_SIZE.labels(pair).observe(stats.size)
     if stats.attempts > 1:
@@ -234,9 +235,7 @@ def record_batch(pair: str, stats: BatchStats, results: Iterable[TranslationResu
         ENGINE_TOKENS.labels(pair, "input").inc(stats.engine_input_tokens)
         ENGINE_TOKENS.labels(pair, "output").inc(stats.engine_output_tokens)
         ENGINE_SECONDS.labels(pair).inc(stats.engine_seconds)
-        ENGINE_TOKENS_PER_SECOND.labels(pair).set(
-            stats.engine_output_tokens / stats.engine_seconds
-        )
+        ENGINE_TOKENS_PER_SECOND.labels(pair).set(stats.engine_output_tokens / stats.engine_seconds)
 
 
 def record_quota(tenant: str, admitted: int, rejected: int) -> None:
@@ -257,6 +256,8 @@ def set_fair_share_held(topic: str, held: Mapping[str, int], known: set[str]) ->
     """Requests held per tenant on ``topic``; tenants in ``known`` and not held read 0."""
     for tenant in known | set(held):
         FAIR_SHARE_HELD.labels(topic, tenant).set(held.get(tenant, 0))
+
+
 def record_engine_call(pair: str, priority: str, padding_ratio: float, seconds: float) -> None:
     """One engine sub-batch: its padding and how long the call took."""
     ENGINE_PADDING.labels(pair).observe(padding_ratio)

@@ -177,8 +177,9 @@ class QuotaLimiter:
                     args: list[str | int] = [window_ms, step_ms, quota]
                     for request_id, cost in tenant_costs:
                         args += [request_id, cost]
-                    self._script(keys=[self.key(tenant), f"{self.key(tenant)}:ids"],
-                                 args=args, client=pipe)
+                    self._script(
+                        keys=[self.key(tenant), f"{self.key(tenant)}:ids"], args=args, client=pipe
+                    )
                 replies = pipe.execute()
         except redis.RedisError as exc:
             self._failed(exc)

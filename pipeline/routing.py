@@ -110,8 +110,9 @@ class Router:
 @functools.cache
 def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
     # the messages' regexes need Python's engine (look-ahead), as in pipeline.messages
-    return TypeAdapter(model.model_fields[name].rebuild_annotation(),
-                       config=ConfigDict(regex_engine="python-re"))
+    return TypeAdapter(
+        model.model_fields[name].rebuild_annotation(), config=ConfigDict(regex_engine="python-re")
+    )
 
 
 def _field(document: dict[str, Any], model: type[BaseModel], name: str) -> Any:
@@ -141,6 +142,7 @@ def rejection_result(
         return None
     if not isinstance(document, dict):
         return None
+
     def valid(name: str, model: type[BaseModel] = TranslationResult) -> Any:
         return _field(document, model, name)
 
@@ -153,10 +155,17 @@ def rejection_result(
     submitted = valid("submitted_at")
     submitted = submitted if submitted is not None and submitted <= done else done
     result = TranslationResult(
-        request_id=request_id, source_lang=source,
-        target_lang=target, pair=f"{source}_{target}", status="error",
-        error=letter.error, reason=letter.reason, submitted_at=submitted, completed_at=done,
-        latency_ms=done - submitted, worker=worker,
+        request_id=request_id,
+        source_lang=source,
+        target_lang=target,
+        pair=f"{source}_{target}",
+        status="error",
+        error=letter.error,
+        reason=letter.reason,
+        submitted_at=submitted,
+        completed_at=done,
+        latency_ms=done - submitted,
+        worker=worker,
         **{name: valid(name) for name in ("tenant", "job_id", "doc_id", "segment_index")},
     )
     return valid("reply_to", TranslationRequest), result

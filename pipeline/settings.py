@@ -94,8 +94,9 @@ class KafkaSettings(_Section):
         if self.security_protocol.startswith("SASL_") and not (
             self.sasl_username and self.sasl_password
         ):
-            raise ValueError(f"security_protocol {self.security_protocol} needs "
-                             "sasl_username and sasl_password")
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs sasl_username and sasl_password"
+            )
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ValueError("ssl_keyfile is set without ssl_certfile")
         return self
@@ -171,9 +172,11 @@ class StackSettings(_Section):
                 ports.append(self.kafka_ssl_port + offset)
         taken = sorted({p for p in ports if ports.count(p) > 1})
         if taken:
-            raise ValueError(f"stack ports collide ({', '.join(map(str, taken))}): set "
-                             "kafka_port, kafka_controller_port, kafka_ssl_port, "
-                             "node_port_step and redis_port apart")
+            raise ValueError(
+                f"stack ports collide ({', '.join(map(str, taken))}): set "
+                "kafka_port, kafka_controller_port, kafka_ssl_port, "
+                "node_port_step and redis_port apart"
+            )
         return self
 
 
@@ -477,6 +480,8 @@ class ReplySettings(_Section):
     # take before it is given up (the result is on the shared topic anyway)
     listing_refresh_s: float = Field(1.0, gt=0)
     copy_timeout_s: float = Field(5.0, gt=0)
+
+
 class SparkClusterSettings(_Section):
     """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
 
@@ -643,16 +648,26 @@ def check_environment(environ: Mapping[str, str]) -> None:
     valid = setting_variables().keys() | {CONFIG_VARIABLE}
     sections = {f"{ENV_PREFIX}{section}".upper() for section in Settings.model_fields}
     # dict settings take their keys as further levels (..._SLA__THRESHOLDS_MS__en_de=2000)
-    dicts = tuple(f"{variable}__" for variable, _, field in _setting_fields()
-                  if get_origin(field.annotation) is dict)
+    dicts = tuple(
+        f"{variable}__"
+        for variable, _, field in _setting_fields()
+        if get_origin(field.annotation) is dict
+    )
     for name in sorted(environ):
         upper = name.upper()
-        if (not upper.startswith(ENV_PREFIX) or upper in valid or upper in sections
-                or upper.startswith(dicts)):
+        if (
+            not upper.startswith(ENV_PREFIX)
+            or upper in valid
+            or upper in sections
+            or upper.startswith(dicts)
+        ):
             continue
         close = difflib.get_close_matches(upper, sorted(valid), n=1, cutoff=0.6)
-        hint = (f"did you mean {close[0]}?" if close
-                else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (README: Configuration)")
+        hint = (
+            f"did you mean {close[0]}?"
+            if close
+            else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (README: Configuration)"
+        )
         raise ConfigError(f"unknown setting {name}; {hint}")
 
 

@@ -78,12 +78,10 @@ def parse_instant(text: str, now: int) -> int:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError as exc:
-        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d"
-                          ) from exc
+        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d") from exc
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
-
 
 
 def spark_interval(seconds: float) -> str:
@@ -124,11 +122,16 @@ def objectives_met(objectives: SloObjectives, window: SlaWindow) -> dict[str, bo
     least the target)."""
     seconds = (window.window_end - window.window_start) / 1000
     figures = {
-        "p95_ms": window.p95_ms, "p99_ms": window.p99_ms,
-        "timeout_ratio": window.timeout_ratio, "error_ratio": window.error_ratio,
+        "p95_ms": window.p95_ms,
+        "p99_ms": window.p99_ms,
+        "timeout_ratio": window.timeout_ratio,
+        "error_ratio": window.error_ratio,
     }
-    met = {name: figures[name] <= target for name, target in objectives.targets().items()
-           if name in figures}
+    met = {
+        name: figures[name] <= target
+        for name, target in objectives.targets().items()
+        if name in figures
+    }
     if objectives.min_throughput_per_s is not None:
         met["min_throughput_per_s"] = window.count / seconds >= objectives.min_throughput_per_s
     return met
@@ -148,8 +151,7 @@ class BurnRates:
         self.horizons_ms = horizons_ms
         self._windows: dict[tuple[str, str], dict[int, tuple[int, int]]] = defaultdict(dict)
 
-    def add(self, series: str, priority: str, window_end: int, count: int,
-            timeouts: int) -> None:
+    def add(self, series: str, priority: str, window_end: int, count: int, timeouts: int) -> None:
         """Record one window's result count and timeouts."""
         windows = self._windows[(series, priority)]
         windows[window_end] = (count, timeouts)
@@ -158,8 +160,9 @@ class BurnRates:
         for end in [end for end in windows if end <= newest - horizon]:
             del windows[end]
 
-    def rates(self, series: str, priority: str, window_end: int,
-              budget: float | None) -> tuple[float | None, ...]:
+    def rates(
+        self, series: str, priority: str, window_end: int, budget: float | None
+    ) -> tuple[float | None, ...]:
         """Burn rate of each horizon at ``window_end`` (None without a budget or results)."""
         windows = self._windows.get((series, priority), {})
         out: list[float | None] = []
@@ -196,13 +199,19 @@ class WindowFigures:
         p50, p95, p99 = row["percentiles"]
         sketch = row.get("sketch")
         return cls(
-            series=row["series"], priority=row["priority"],
-            window_start=int(row["window_start"]), window_end=int(row["window_end"]),
-            count=int(row["count"]), received=int(row["received"]),
+            series=row["series"],
+            priority=row["priority"],
+            window_start=int(row["window_start"]),
+            window_end=int(row["window_end"]),
+            count=int(row["count"]),
+            received=int(row["received"]),
             percentiles=(float(p50), float(p95), float(p99)),
-            timeouts=int(row["timeouts"]), errors=int(row["errors"]),
-            cache_hits=int(row["cache_hits"]), cancelled=int(row["cancelled"]),
-            rejected=int(row["rejected"]), sketch=bytes(sketch) if sketch is not None else None,
+            timeouts=int(row["timeouts"]),
+            errors=int(row["errors"]),
+            cache_hits=int(row["cache_hits"]),
+            cancelled=int(row["cancelled"]),
+            rejected=int(row["rejected"]),
+            sketch=bytes(sketch) if sketch is not None else None,
         )
 
 
@@ -216,18 +225,32 @@ def to_sla_window(figures: WindowFigures, sla: SlaSettings, burn: BurnRates) -> 
     burn.add(figures.series, figures.priority, figures.window_end, n, figures.timeouts)
     p50, p95, p99 = figures.percentiles
     window = SlaWindow(
-        pair=figures.series, priority=figures.priority,  # type: ignore[arg-type]
-        window_start=figures.window_start, window_end=figures.window_end, count=n,
-        p50_ms=p50, p95_ms=p95, p99_ms=p99,
-        timeout_ratio=figures.timeouts / n, error_ratio=figures.errors / n,
-        cache_hit_ratio=figures.cache_hits / n, cancel_ratio=figures.cancelled / n,
-        rejected_ratio=figures.rejected / n, duplicates=figures.received - n,
+        pair=figures.series,
+        priority=figures.priority,  # type: ignore[arg-type]
+        window_start=figures.window_start,
+        window_end=figures.window_end,
+        count=n,
+        p50_ms=p50,
+        p95_ms=p95,
+        p99_ms=p99,
+        timeout_ratio=figures.timeouts / n,
+        error_ratio=figures.errors / n,
+        cache_hit_ratio=figures.cache_hits / n,
+        cancel_ratio=figures.cancelled / n,
+        rejected_ratio=figures.rejected / n,
+        duplicates=figures.received - n,
         objectives=objectives.targets(),
     )
-    burn_1h, burn_6h = burn.rates(figures.series, figures.priority, figures.window_end,
-                                  objectives.timeout_ratio)
-    return window.model_copy(update={"met": objectives_met(objectives, window),
-                                     "burn_rate_1h": burn_1h, "burn_rate_6h": burn_6h})
+    burn_1h, burn_6h = burn.rates(
+        figures.series, figures.priority, figures.window_end, objectives.timeout_ratio
+    )
+    return window.model_copy(
+        update={
+            "met": objectives_met(objectives, window),
+            "burn_rate_1h": burn_1h,
+            "burn_rate_6h": burn_6h,
+        }
+    )
 
 
 def history_row(window: SlaWindow, sketch: bytes | None) -> dict[str, Any]:
@@ -239,10 +262,16 @@ def to_late_result(row: Mapping[str, Any], watermark_ms: int) -> LateResult:
     """One late row of the side query (a result whose window closed) as a LateResult."""
     completed = int(row["completed_at"])
     return LateResult(
-        request_id=row["request_id"], pair=row["series"], priority=row["priority"],
-        status=row["status"], latency_ms=int(row["latency_ms"]), completed_at=completed,
-        window_start=int(row["window_start"]), window_end=int(row["window_end"]),
-        watermark=watermark_ms, late_by_ms=max(0, watermark_ms - completed),
+        request_id=row["request_id"],
+        pair=row["series"],
+        priority=row["priority"],
+        status=row["status"],
+        latency_ms=int(row["latency_ms"]),
+        completed_at=completed,
+        window_start=int(row["window_start"]),
+        window_end=int(row["window_end"]),
+        watermark=watermark_ms,
+        late_by_ms=max(0, watermark_ms - completed),
     )
 
 
@@ -284,10 +313,13 @@ class OffsetLog:
             if len(lines) < 3:
                 continue  # being written
             watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
-            ends = {(topic, int(partition)): int(offset)
-                    for line in lines[2:] if line.strip().startswith("{")
-                    for topic, partitions in json.loads(line).items()
-                    for partition, offset in partitions.items()}
+            ends = {
+                (topic, int(partition)): int(offset)
+                for line in lines[2:]
+                if line.strip().startswith("{")
+                for topic, partitions in json.loads(line).items()
+                for partition, offset in partitions.items()
+            }
             batches.append((int(path.name), watermark, ends))
         return sorted(batches)
 
@@ -303,8 +335,11 @@ class OffsetLog:
                 if end > start:
                     out.append(OffsetRange(tp[0], tp[1], start, end, batch_id, prev_watermark))
         if batches and batches[0][0] == 0:  # the first batch starts at the beginning
-            out.extend(OffsetRange(tp[0], tp[1], 0, end, 0, 0)
-                       for tp, end in batches[0][2].items() if end > 0)
+            out.extend(
+                OffsetRange(tp[0], tp[1], 0, end, 0, 0)
+                for tp, end in batches[0][2].items()
+                if end > 0
+            )
         return out
 
     def covers(self, needed: Mapping[TopicPartition, int]) -> bool:
@@ -441,9 +476,12 @@ class ProgressTracker:
 
     def idle(self) -> bool:
         """Whether the ``idle_s`` limit has passed without new input."""
-        return (self.idle_s is not None and self._last_input is not None
-                and not self._latest_had_input
-                and self.clock() - self._last_input >= self.idle_s)
+        return (
+            self.idle_s is not None
+            and self._last_input is not None
+            and not self._latest_had_input
+            and self.clock() - self._last_input >= self.idle_s
+        )
 
 
 def _rate(batches: Iterable[BatchStat]) -> float:

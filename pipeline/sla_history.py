@@ -24,28 +24,30 @@ import pyarrow.dataset as ds
 from pipeline.messages import SlaWindow
 from pipeline.settings import SlaSettings
 
-HISTORY_SCHEMA = pa.schema([
-    ("schema_version", pa.int64()),
-    ("pair", pa.string()),
-    ("priority", pa.string()),
-    ("window_start", pa.int64()),
-    ("window_end", pa.int64()),
-    ("count", pa.int64()),
-    ("p50_ms", pa.float64()),
-    ("p95_ms", pa.float64()),
-    ("p99_ms", pa.float64()),
-    ("timeout_ratio", pa.float64()),
-    ("error_ratio", pa.float64()),
-    ("cache_hit_ratio", pa.float64()),
-    ("cancel_ratio", pa.float64()),
-    ("rejected_ratio", pa.float64()),
-    ("duplicates", pa.int64()),
-    ("objectives", pa.map_(pa.string(), pa.float64())),
-    ("met", pa.map_(pa.string(), pa.bool_())),
-    ("burn_rate_1h", pa.float64()),
-    ("burn_rate_6h", pa.float64()),
-    ("latency_sketch", pa.binary()),
-])
+HISTORY_SCHEMA = pa.schema(
+    [
+        ("schema_version", pa.int64()),
+        ("pair", pa.string()),
+        ("priority", pa.string()),
+        ("window_start", pa.int64()),
+        ("window_end", pa.int64()),
+        ("count", pa.int64()),
+        ("p50_ms", pa.float64()),
+        ("p95_ms", pa.float64()),
+        ("p99_ms", pa.float64()),
+        ("timeout_ratio", pa.float64()),
+        ("error_ratio", pa.float64()),
+        ("cache_hit_ratio", pa.float64()),
+        ("cancel_ratio", pa.float64()),
+        ("rejected_ratio", pa.float64()),
+        ("duplicates", pa.int64()),
+        ("objectives", pa.map_(pa.string(), pa.float64())),
+        ("met", pa.map_(pa.string(), pa.bool_())),
+        ("burn_rate_1h", pa.float64()),
+        ("burn_rate_6h", pa.float64()),
+        ("latency_sketch", pa.binary()),
+    ]
+)
 PERIOD_QUANTILES = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99}
 
 
@@ -56,16 +58,18 @@ def _dataset(folder: Path, schema: pa.Schema | None = None) -> ds.Dataset | None
 
 def _window(row: dict[str, Any]) -> SlaWindow:
     """A history row as a SlaWindow (version 1 rows lack the newer columns: defaults)."""
-    fields = {name: value for name, value in row.items()
-              if value is not None and name != "latency_sketch"}
+    fields = {
+        name: value for name, value in row.items() if value is not None and name != "latency_sketch"
+    }
     for name in ("objectives", "met"):
         if name in fields:
             fields[name] = dict(fields[name])
     return SlaWindow.model_validate(fields)
 
 
-def read_history(folder: Path, where: ds.Expression | None = None
-                 ) -> Iterator[tuple[SlaWindow, bytes | None]]:
+def read_history(
+    folder: Path, where: ds.Expression | None = None
+) -> Iterator[tuple[SlaWindow, bytes | None]]:
     """Every window of the history (optionally filtered) with its latency sketch."""
     dataset = _dataset(folder, HISTORY_SCHEMA)
     if dataset is None:
@@ -84,12 +88,14 @@ def recent_windows(folder: Path, horizon_ms: int) -> list[SlaWindow]:
     if len(ends) == 0:
         return []
     newest = max(ends.to_pylist())
-    return [window for window, _ in
-            read_history(folder, ds.field("window_end") > newest - horizon_ms)]
+    return [
+        window for window, _ in read_history(folder, ds.field("window_end") > newest - horizon_ms)
+    ]
 
 
-def late_counts(folder: Path,
-                where: ds.Expression | None = None) -> dict[tuple[str, str, int], int]:
+def late_counts(
+    folder: Path, where: ds.Expression | None = None
+) -> dict[tuple[str, str, int], int]:
     """(series, priority, window start) -> late rows recorded for it in the late history."""
     dataset = _dataset(folder)
     if dataset is None:
@@ -143,8 +149,9 @@ def _pooled(windows: list[SlaWindow], ratio: str, total: int) -> float | None:
     return bad / total
 
 
-def _period_met(objectives: dict[str, float], figures: dict[str, float | None],
-                seconds: float, count: int) -> dict[str, bool]:
+def _period_met(
+    objectives: dict[str, float], figures: dict[str, float | None], seconds: float, count: int
+) -> dict[str, bool]:
     met: dict[str, bool] = {}
     for name, target in objectives.items():
         if name == "min_throughput_per_s":
@@ -168,11 +175,20 @@ def merge_sketches(sketches: Iterable[bytes]) -> Any:
     return merged
 
 
-def period_report(sla: SlaSettings, pair: str, priority: str, from_ms: int, to_ms: int,
-                  ) -> PeriodReport:
+def period_report(
+    sla: SlaSettings,
+    pair: str,
+    priority: str,
+    from_ms: int,
+    to_ms: int,
+) -> PeriodReport:
     """Merge the windows of ``pair``/``priority`` lying wholly within [from_ms, to_ms)."""
-    inside = ((ds.field("pair") == pair) & (ds.field("priority") == priority)
-              & (ds.field("window_start") >= from_ms) & (ds.field("window_end") <= to_ms))
+    inside = (
+        (ds.field("pair") == pair)
+        & (ds.field("priority") == priority)
+        & (ds.field("window_start") >= from_ms)
+        & (ds.field("window_end") <= to_ms)
+    )
     rows = list(read_history(sla.history_dir, inside))
     windows = [window for window, _ in rows]
     sketches = [sketch for _, sketch in rows if sketch is not None]
@@ -180,22 +196,39 @@ def period_report(sla: SlaSettings, pair: str, priority: str, from_ms: int, to_m
     count = sum(w.count for w in windows)
     quantiles: dict[str, float | None] = dict.fromkeys(PERIOD_QUANTILES)
     if merged is not None and not merged.is_empty():
-        quantiles = {name: float(merged.get_quantile(p, True))
-                     for name, p in PERIOD_QUANTILES.items()}
-    ratios = {name: _pooled(windows, name, count) for name in
-              ("timeout_ratio", "error_ratio", "cancel_ratio", "rejected_ratio")}
+        quantiles = {
+            name: float(merged.get_quantile(p, True)) for name, p in PERIOD_QUANTILES.items()
+        }
+    ratios = {
+        name: _pooled(windows, name, count)
+        for name in ("timeout_ratio", "error_ratio", "cancel_ratio", "rejected_ratio")
+    }
     objectives = sla.objectives_for(pair, priority).targets()
     seconds = sum((w.window_end - w.window_start) / 1000 for w in windows)
-    late_where = ((ds.field("pair") == pair) & (ds.field("priority") == priority)
-                  & (ds.field("window_start") >= from_ms) & (ds.field("window_end") <= to_ms))
+    late_where = (
+        (ds.field("pair") == pair)
+        & (ds.field("priority") == priority)
+        & (ds.field("window_start") >= from_ms)
+        & (ds.field("window_end") <= to_ms)
+    )
     return PeriodReport(
-        pair=pair, priority=priority, from_ms=from_ms, to_ms=to_ms, windows=len(windows),
-        windows_without_sketch=len(rows) - len(sketches), count=count, **quantiles,
+        pair=pair,
+        priority=priority,
+        from_ms=from_ms,
+        to_ms=to_ms,
+        windows=len(windows),
+        windows_without_sketch=len(rows) - len(sketches),
+        count=count,
+        **quantiles,
         rank_error=float(merged.normalized_rank_error(False)) if merged is not None else None,
-        **ratios, duplicates=sum(w.duplicates for w in windows),
+        **ratios,
+        duplicates=sum(w.duplicates for w in windows),
         late=sum(late_counts(sla.late_history_dir, late_where).values()),
         objectives=objectives,
         met=_period_met(objectives, {**quantiles, **ratios}, seconds, count),
-        windows_met={name: sum(w.met.get(name, False) for w in windows) / len(windows)
-                     for name in objectives} if windows else {},
+        windows_met={
+            name: sum(w.met.get(name, False) for w in windows) / len(windows) for name in objectives
+        }
+        if windows
+        else {},
     )

@@ -31,8 +31,13 @@ class TickSource:
     ``completed_at`` with, so ticks and results share one event-time axis).
     """
 
-    def __init__(self, pairs: Iterable[str], worker_name: str,
-                 clock: Callable[[], int] = now_ms, topic: str = TICKS_TOPIC) -> None:
+    def __init__(
+        self,
+        pairs: Iterable[str],
+        worker_name: str,
+        clock: Callable[[], int] = now_ms,
+        topic: str = TICKS_TOPIC,
+    ) -> None:
         self.pairs = tuple(sorted(set(pairs)))
         self.worker = worker_name
         self.topic = topic
@@ -42,7 +47,10 @@ class TickSource:
         """One record per served pair, all with the same timestamp (none without pairs)."""
         emitted_at = self._clock()
         return [
-            (self.topic, pair.encode(),
-             Tick(worker=self.worker, pair=pair, emitted_at=emitted_at).to_json())
+            (
+                self.topic,
+                pair.encode(),
+                Tick(worker=self.worker, pair=pair, emitted_at=emitted_at).to_json(),
+            )
             for pair in self.pairs
         ]

@@ -100,8 +100,10 @@ def has_trace_context(headers: Iterable[tuple[str, bytes]] | None) -> bool:
     return trace.get_current_span(ctx).get_span_context().is_valid
 
 
-def inject_headers(headers: Iterable[tuple[str, bytes]] | None, span: Span | None = None,
-                   ) -> Headers:
+def inject_headers(
+    headers: Iterable[tuple[str, bytes]] | None,
+    span: Span | None = None,
+) -> Headers:
     """``headers`` with the trace context of ``span`` (default: the current one).
 
     Existing propagation headers are replaced; other headers are kept in
@@ -135,13 +137,19 @@ def links_for(contexts: Iterable[trace.SpanContext]) -> list[Link]:
     return links
 
 
-def start_consumer_span(name: str, headers: Iterable[tuple[str, bytes]] | None,
-                        attributes: Mapping[str, Any] | None = None,
-                        links: Sequence[Link] | None = None) -> Span:
+def start_consumer_span(
+    name: str,
+    headers: Iterable[tuple[str, bytes]] | None,
+    attributes: Mapping[str, Any] | None = None,
+    links: Sequence[Link] | None = None,
+) -> Span:
     """A span that continues the trace in ``headers`` (not made current)."""
     return tracer().start_span(
-        name, context=extract_context(headers), kind=SpanKind.CONSUMER,
-        attributes=dict(attributes or {}), links=links,
+        name,
+        context=extract_context(headers),
+        kind=SpanKind.CONSUMER,
+        attributes=dict(attributes or {}),
+        links=links,
     )
 
 
@@ -182,8 +190,7 @@ def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
         "status": span.status.status_code.name,
         "attributes": dict(span.attributes or {}),
         "links": [
-            {"trace_id": f"{link.context.trace_id:032x}",
-             "span_id": f"{link.context.span_id:016x}"}
+            {"trace_id": f"{link.context.trace_id:032x}", "span_id": f"{link.context.span_id:016x}"}
             for link in span.links
         ],
         "service": (span.resource.attributes.get(SERVICE_NAME) if span.resource else None),
@@ -222,7 +229,8 @@ def setup_tracing(
             trace.set_tracer_provider(provider)
             for exporter in _configured_exporters(settings):
                 processor = (
-                    BatchSpanProcessor(exporter) if _is_otlp(exporter)
+                    BatchSpanProcessor(exporter)
+                    if _is_otlp(exporter)
                     else SimpleSpanProcessor(exporter)
                 )
                 provider.add_span_processor(processor)

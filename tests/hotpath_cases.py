@@ -119,13 +119,18 @@ class Harness:
         self.cancels = CancelRegistry(horizon_ms=3_600_000, max_entries=1000)
         self.cancels.ready = True
         quotas = {} if self.quota_chars is None else {self.marker: self.quota_chars}
-        engine = EngineRunner(self.translator, TokenBudgetBatcher(64), PriorityGate(),
-                              INTERACTIVE)
+        engine = EngineRunner(self.translator, TokenBudgetBatcher(64), PriorityGate(), INTERACTIVE)
         producer = self.backend.producer
         steps = translation_steps(
-            limits=LimitSettings(), window=self.window, cache=self.cache, engine=engine,
-            producer=producer, totals=self.stats, compute_type="int8",
-            cancels=self.cancels, quotas=self.backend.quotas(quotas),
+            limits=LimitSettings(),
+            window=self.window,
+            cache=self.cache,
+            engine=engine,
+            producer=producer,
+            totals=self.stats,
+            compute_type="int8",
+            cancels=self.cancels,
+            quotas=self.backend.quotas(quotas),
             replies=ReplyCopies(producer, ReplyTopicCheck(self.backend.list_topics), 5.0),
         )
         self.runner = BatchRunner(
@@ -136,10 +141,15 @@ class Harness:
 
     def request(self, i: int, text: str, **fields: Any) -> TranslationRequest:
         values: dict[str, Any] = {
-            "request_id": f"{self.marker}-{i}", "source_lang": "en", "target_lang": "en-XA",
-            "text": text, "submitted_at": now_ms(), "timeout_ms": 60_000,
+            "request_id": f"{self.marker}-{i}",
+            "source_lang": "en",
+            "target_lang": "en-XA",
+            "text": text,
+            "submitted_at": now_ms(),
+            "timeout_ms": 60_000,
             # a tenant per harness: cache entries of earlier runs (real Redis) never answer
-            "tenant": self.marker, **fields,
+            "tenant": self.marker,
+            **fields,
         }
         return TranslationRequest(**values)
 
@@ -167,30 +177,36 @@ class Harness:
         return by_id
 
     async def dead_letters(self, expected: int) -> list[DeadLetter]:
-        return [DeadLetter.from_json(o.value)
-                for o in await self.backend.published(self.marker, expected)
-                if o.kind == "dead_letter"]
+        return [
+            DeadLetter.from_json(o.value)
+            for o in await self.backend.published(self.marker, expected)
+            if o.kind == "dead_letter"
+        ]
 
 
 Case = Callable[[Harness], Awaitable[None]]
 
 
 async def identical_texts_are_translated_once(h: Harness) -> None:
-    batch = await h.run([h.request(0, "good morning"), h.request(1, "good night"),
-                         h.request(2, "good morning")])
+    batch = await h.run(
+        [h.request(0, "good morning"), h.request(1, "good night"), h.request(2, "good morning")]
+    )
     assert h.translator.texts.count("good morning") == 1
     results = await h.results(3)
     assert [results[f"{h.marker}-{i}"].translation for i in range(3)] == [
-        "GOOD MORNING", "GOOD NIGHT", "GOOD MORNING"]
+        "GOOD MORNING",
+        "GOOD NIGHT",
+        "GOOD MORNING",
+    ]
     assert [results[f"{h.marker}-{i}"].cache for i in range(3)] == ["miss", "miss", "window"]
     assert batch.stats.by_status == {"ok": 3}
 
 
 async def bad_input_is_a_dead_letter_and_the_rest_is_translated(h: Harness) -> None:
-    wrong_pair = json.dumps({**json.loads(h.request(2, "x").to_json()),
-                             "target_lang": "de"}).encode()
-    await h.run([h.request(0, "one"), b"{" + h.marker.encode(), wrong_pair,
-                 h.request(3, "two")])
+    wrong_pair = json.dumps(
+        {**json.loads(h.request(2, "x").to_json()), "target_lang": "de"}
+    ).encode()
+    await h.run([h.request(0, "one"), b"{" + h.marker.encode(), wrong_pair, h.request(3, "two")])
     assert set(await h.results(4)) == {f"{h.marker}-0", f"{h.marker}-3"}
     letters = await h.dead_letters(4)
     assert sorted(letter.reason for letter in letters) == ["invalid", "not_json"]
@@ -247,8 +263,9 @@ async def a_corrupt_cache_entry_is_a_miss(h: Harness) -> None:
 
 async def the_second_level_cache_answers(h: Harness) -> None:
     request = h.request(0, "remembered elsewhere")
-    h.backend.l2.put_many({request_digest(request, MODEL): CachedTranslation(
-        "FROM L2", MODEL, 2, 2)})
+    h.backend.l2.put_many(
+        {request_digest(request, MODEL): CachedTranslation("FROM L2", MODEL, 2, 2)}
+    )
     await h.run([request])
     (result,) = (await h.results(1)).values()
     assert (result.cache, result.translation) == ("l2", "FROM L2")
@@ -259,11 +276,11 @@ async def cancelled_requests_are_not_translated(h: Harness) -> None:
     bulk = {"job_id": f"job-{h.marker}", "doc_id": "d", "segment_index": 0}
     for cancel in cancels_for([f"{h.marker}-1"], [f"job-{h.marker}"]):
         h.cancels.add(cancel)
-    batch = await h.run([h.request(0, "keep me"), h.request(1, "drop me"),
-                         h.request(2, "drop the job", **bulk)])
+    batch = await h.run(
+        [h.request(0, "keep me"), h.request(1, "drop me"), h.request(2, "drop the job", **bulk)]
+    )
     results = await h.results(3)
-    assert [results[f"{h.marker}-{i}"].status for i in range(3)] == [
-        "ok", "cancelled", "cancelled"]
+    assert [results[f"{h.marker}-{i}"].status for i in range(3)] == ["ok", "cancelled", "cancelled"]
     assert {results[f"{h.marker}-{i}"].reason for i in (1, 2)} == {"cancelled"}
     assert h.translator.texts == ["keep me"], "no compute for cancelled requests"
     assert batch.stats.by_status == {"ok": 1, "cancelled": 2}
@@ -292,14 +309,17 @@ async def over_quota_requests_are_rejected_with_when_to_retry(h: Harness) -> Non
 
 async def results_are_copied_to_existing_reply_topics_only(h: Harness) -> None:
     gone = f"translate.replies.gone-{h.marker}"
-    await h.run([h.request(0, "reply here", reply_to=h.backend.reply_topic),
-                 h.request(1, "reply nowhere", reply_to=gone), h.request(2, "no reply")])
+    await h.run(
+        [
+            h.request(0, "reply here", reply_to=h.backend.reply_topic),
+            h.request(1, "reply nowhere", reply_to=gone),
+            h.request(2, "no reply"),
+        ]
+    )
     results = await h.results(3)
     assert {r.status for r in results.values()} == {"ok"}, "every result on the shared topic"
-    copies = [o for o in await h.backend.published(h.marker, 4)
-              if o.topic == h.backend.reply_topic]
-    assert [TranslationResult.from_json(o.value).request_id for o in copies] == [
-        f"{h.marker}-0"]
+    copies = [o for o in await h.backend.published(h.marker, 4) if o.topic == h.backend.reply_topic]
+    assert [TranslationResult.from_json(o.value).request_id for o in copies] == [f"{h.marker}-0"]
     assert not [o for o in await h.backend.published(h.marker, 4) if o.topic == gone]
 
 

@@ -109,9 +109,13 @@ class WorkerShell:
         """Assigned partitions of the topics the agents consume."""
         return sorted(tp for tp in assigned_partitions(self.app) if tp.topic in self.sources)
 
-    async def handle(self, events: Sequence[Any], runner: BatchRunner,
-                     window: FaustDedupWindow | None = None,
-                     batch_size: Callable[[], int] | None = None) -> None:
+    async def handle(
+        self,
+        events: Sequence[Any],
+        runner: BatchRunner,
+        window: FaustDedupWindow | None = None,
+        batch_size: Callable[[], int] | None = None,
+    ) -> None:
         """Admit, process, publish and mark done what one agent took."""
         admitted, tickets = await self.admit(events)
         await self.process(admitted, tickets, runner, window, batch_size)
@@ -125,14 +129,20 @@ class WorkerShell:
         except Exception as exc:
             # The group's offsets could not be read (broker away). Dropping these events is
             # safe: nothing was taken, and the offset book seeks back when it sees the gap.
-            log.warning("could not admit %d events (%s); they will be fetched again",
-                        len(events), exc)
+            log.warning(
+                "could not admit %d events (%s); they will be fetched again", len(events), exc
+            )
             await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
             return [], []
 
-    async def process(self, admitted: Sequence[Any], tickets: list[Ticket], runner: BatchRunner,
-                      window: FaustDedupWindow | None = None,
-                      batch_size: Callable[[], int] | None = None) -> None:
+    async def process(
+        self,
+        admitted: Sequence[Any],
+        tickets: list[Ticket],
+        runner: BatchRunner,
+        window: FaustDedupWindow | None = None,
+        batch_size: Callable[[], int] | None = None,
+    ) -> None:
         """Run admitted events through the steps, a micro-batch at a time.
 
         ``batch_size`` (the batch shaper's current size) cuts a large take into
@@ -145,8 +155,13 @@ class WorkerShell:
             await self._process(admitted[:size], tickets[:size], runner, window)
             admitted, tickets = admitted[size:], tickets[size:]
 
-    async def _process(self, admitted: Sequence[Any], tickets: list[Ticket],
-                       runner: BatchRunner, window: FaustDedupWindow | None) -> None:
+    async def _process(
+        self,
+        admitted: Sequence[Any],
+        tickets: list[Ticket],
+        runner: BatchRunner,
+        window: FaustDedupWindow | None,
+    ) -> None:
         if window is not None:
             window.bind(admitted)
         tps = {tp_of(e) for e in admitted}
@@ -183,8 +198,11 @@ class WorkerShell:
             self._idle.set()
 
     async def _fatal(self, exc: RetryBudgetExhausted) -> None:
-        log.critical("giving up: %s; exiting so the group moves these partitions to a "
-                     "healthy worker (nothing was committed past them)", exc)
+        log.critical(
+            "giving up: %s; exiting so the group moves these partitions to a "
+            "healthy worker (nothing was committed past them)",
+            exc,
+        )
         self.exit_code = exc.exit_code
         self.request_stop()
         await self._never.wait()
@@ -196,22 +214,33 @@ class WorkerShell:
         try:
             await asyncio.wait_for(self._idle.wait(), bound)
         except TimeoutError:
-            log.warning("stopping with %d batches unfinished after %.0fs: they are not "
-                        "committed and will be processed again", self._busy, bound)
+            log.warning(
+                "stopping with %d batches unfinished after %.0fs: they are not "
+                "committed and will be processed again",
+                self._busy,
+                bound,
+            )
         await self.offsets.commit()
         log.info("drained: finished batches committed")
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, details) for the readiness page and the ready gauge."""
         reason = (
-            "stopping" if self.draining
-            else "joining the group" if not self.joined
-            else "rebalancing" if self.app.rebalancing
-            else "recovering tables" if not self.app.tables.actives_ready
+            "stopping"
+            if self.draining
+            else "joining the group"
+            if not self.joined
+            else "rebalancing"
+            if self.app.rebalancing
+            else "recovering tables"
+            if not self.app.tables.actives_ready
             else None
         )
-        details: dict[str, Any] = {"ready": reason is None, "worker": self.ctx.worker_name,
-                                   "group": self.app.conf.id}
+        details: dict[str, Any] = {
+            "ready": reason is None,
+            "worker": self.ctx.worker_name,
+            "group": self.app.conf.id,
+        }
         if reason is not None:
             details["reason"] = reason
             return False, details
@@ -278,7 +307,8 @@ def create_app(
         runner = BatchRunner(
             routing_steps(router=router, producer=producer, totals=ctx.stats, replies=replies),
             functools.partial(Batch.of, pair=None, model_id="", worker=ctx.worker_name),
-            policy, name="router",
+            policy,
+            name="router",
         )
 
         # The ingress is one FIFO per pair too: a flood routed first come first served
@@ -299,9 +329,14 @@ def create_app(
 
 
 def _add_pair_agents(
-    app: faust.App, shell: WorkerShell, entry: ServedPair,
-    source: Callable[[str], faust.TopicT], producer: Producer, policy: RetryPolicy,
-    controls: Controls, replies: ReplyCopies,
+    app: faust.App,
+    shell: WorkerShell,
+    entry: ServedPair,
+    source: Callable[[str], faust.TopicT],
+    producer: Producer,
+    policy: RetryPolicy,
+    controls: Controls,
+    replies: ReplyCopies,
 ) -> None:
     ctx = shell.ctx
     s, w = ctx.settings, ctx.settings.worker
@@ -322,9 +357,16 @@ def _add_pair_agents(
             entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority, shaper=shaper
         )
         steps = translation_steps(
-            limits=s.limits, window=window, cache=ctx.cache, engine=engine,
-            producer=producer, totals=ctx.stats, compute_type=entry.compute_type,
-            cancels=controls.cancels, quotas=controls.quotas, replies=replies,
+            limits=s.limits,
+            window=window,
+            cache=ctx.cache,
+            engine=engine,
+            producer=producer,
+            totals=ctx.stats,
+            compute_type=entry.compute_type,
+            cancels=controls.cancels,
+            quotas=controls.quotas,
+            replies=replies,
             fidelity=ctx.fidelity,
         )
         runner = BatchRunner(
@@ -332,7 +374,8 @@ def _add_pair_agents(
             functools.partial(
                 Batch.of, pair=entry.pair, model_id=entry.model_id, worker=ctx.worker_name
             ),
-            policy, name=topic_name,
+            policy,
+            name=topic_name,
         )
         # Take as much as the shape may ever ask for; the shell cuts it to the current size.
         take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
@@ -346,10 +389,15 @@ def _add_pair_agents(
 
 
 def _plain_agent(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None, take: int,
-    wait_s: float, batch_size: Callable[[], int] | None = None,
+    shell: WorkerShell,
+    runner: BatchRunner,
+    window: FaustDedupWindow | None,
+    take: int,
+    wait_s: float,
+    batch_size: Callable[[], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """First come, first served: each fetched micro-batch runs as it is."""
+
     async def consume(stream: StreamT[Any]) -> None:
         async for events in micro_batches(stream, take, wait_s):
             await shell.handle(events, runner, window, batch_size)
@@ -358,8 +406,12 @@ def _plain_agent(
 
 
 def _fair_agent(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None, take: int,
-    topic: str, batch_size: Callable[[], int] | None = None,
+    shell: WorkerShell,
+    runner: BatchRunner,
+    window: FaustDedupWindow | None,
+    take: int,
+    topic: str,
+    batch_size: Callable[[], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
@@ -372,9 +424,14 @@ def _fair_agent(
 
     async def consume(stream: StreamT[Any]) -> None:
         rounds: FairRounds[Held] = FairRounds(
-            DeficitRoundRobin(tenant_of=lambda h: h.tenant, cost_of=lambda h: h.chars,
-                              weight_of=tenants.weight, quantum=tenants.quantum_chars,
-                              max_items=take, active_s=tenants.active_s),
+            DeficitRoundRobin(
+                tenant_of=lambda h: h.tenant,
+                cost_of=lambda h: h.chars,
+                weight_of=tenants.weight,
+                quantum=tenants.quantum_chars,
+                max_items=take,
+                active_s=tenants.active_s,
+            ),
             max_held=tenants.max_deferred,
         )
         server = asyncio.create_task(
@@ -385,8 +442,9 @@ def _fair_agent(
             async for events in micro_batches(stream, take, s.worker.max_wait_s):
                 admitted, tickets = await shell.admit(events)
                 if admitted:
-                    await rounds.offer([held_of(e, t) for e, t in zip(admitted, tickets,
-                                                                        strict=True)])
+                    await rounds.offer(
+                        [held_of(e, t) for e, t in zip(admitted, tickets, strict=True)]
+                    )
         finally:
             server.cancel()
 
@@ -396,23 +454,31 @@ def _fair_agent(
 def _rounds_ended(shell: WorkerShell, topic: str, task: asyncio.Task[None]) -> None:
     """The rounds task never ends on its own: a failure there stops the worker (loudly)."""
     if not task.cancelled() and task.exception() is not None:
-        log.critical("fair-share rounds of %s failed: %r; stopping the worker (nothing "
-                     "held was committed)", topic, task.exception())
+        log.critical(
+            "fair-share rounds of %s failed: %r; stopping the worker (nothing held was committed)",
+            topic,
+            task.exception(),
+        )
         shell.exit_code = shell.exit_code or 1
         shell.request_stop()
 
 
 async def _serve_rounds(
-    shell: WorkerShell, runner: BatchRunner, window: FaustDedupWindow | None,
-    rounds: FairRounds[Held], topic: str, batch_size: Callable[[], int] | None,
+    shell: WorkerShell,
+    runner: BatchRunner,
+    window: FaustDedupWindow | None,
+    rounds: FairRounds[Held],
+    topic: str,
+    batch_size: Callable[[], int] | None,
 ) -> None:
     seen: set[str] = set()
     while True:
         chosen = await rounds.next_round()
         current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
         if current:
-            await shell.process([h.event for h in current], [h.ticket for h in current],
-                                runner, window, batch_size)
+            await shell.process(
+                [h.event for h in current], [h.ticket for h in current], runner, window, batch_size
+            )
         held = rounds.held_by_tenant()
         metrics.set_fair_share_held(topic, held, seen)
         seen.update(held)
@@ -441,8 +507,12 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
         shell.offsets.on_assigned()
         if not shell.joined:
             shell.joined = True
-            log.info("worker %s joined group %s: %d partitions assigned", ctx.worker_name,
-                     app.conf.id, len(assigned))
+            log.info(
+                "worker %s joined group %s: %d partitions assigned",
+                ctx.worker_name,
+                app.conf.id,
+                len(assigned),
+            )
 
     # Faust's signals pass the sender, the partitions and the signal itself
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
@@ -460,8 +530,10 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
         async def publish_ticks() -> None:
             with contextlib.suppress(TransientError):  # a missed tick is made up by the next
                 await shell.producer.send_all(
-                    [Outgoing(topic, key, value, [], "tick")
-                     for topic, key, value in ticks.records()]
+                    [
+                        Outgoing(topic, key, value, [], "tick")
+                        for topic, key, value in ticks.records()
+                    ]
                 )
 
     adaptive = [shaper for shaper in shell.shapers.values() if shaper.controller]
@@ -483,9 +555,13 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
         while not shell.readiness()[0]:
             await asyncio.sleep(0.2)
         details = shell.readiness()[1]
-        log.info("ready: worker %s (group %s) serving %s", ctx.worker_name, app.conf.id,
-                 "; ".join(f"{t} {p}" for t, p in details["assigned"].items()) or
-                 "no partitions yet (more workers than partitions)")
+        log.info(
+            "ready: worker %s (group %s) serving %s",
+            ctx.worker_name,
+            app.conf.id,
+            "; ".join(f"{t} {p}" for t, p in details["assigned"].items())
+            or "no partitions yet (more workers than partitions)",
+        )
 
     @app.page("/babelstream/ready")
     async def ready_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
@@ -494,8 +570,13 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
 
     @app.page("/babelstream/stats")
     async def stats_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
-        return web.json({**ctx.stats.snapshot(), "seeks": shell.offsets.seeks,
-                         "replays_dropped": shell.offsets.replays_dropped})
+        return web.json(
+            {
+                **ctx.stats.snapshot(),
+                "seeks": shell.offsets.seeks,
+                "replays_dropped": shell.offsets.replays_dropped,
+            }
+        )
 
     cache_errors = metrics.TotalTracker(metrics.CACHE_ERRORS)
     cache_corrupt = metrics.TotalTracker(metrics.CACHE_CORRUPT)
@@ -522,8 +603,9 @@ async def _sample_lag(app: faust.App, shell: WorkerShell) -> None:
             return
         ends = await app.consumer.highwaters(*(FaustTP(*tp) for tp in inputs))
         committed = await asyncio.to_thread(shell.offsets.committed_offsets, inputs)
-        lag = {tp: ends[FaustTP(*tp)] - committed.get(tp, 0)
-               for tp in inputs if FaustTP(*tp) in ends}
+        lag = {
+            tp: ends[FaustTP(*tp)] - committed.get(tp, 0) for tp in inputs if FaustTP(*tp) in ends
+        }
         metrics.set_committed_lag(
             app.conf.id, {(tp.topic, tp.partition): n for tp, n in lag.items()}
         )

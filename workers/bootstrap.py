@@ -76,8 +76,9 @@ def changelog_config(topic: faust.TopicT) -> dict[str, str]:
     to recover the table. Rolling segments at half the retention keeps the
     changelog, and so recovery, to about two windows of entries.
     """
-    policies = [name for name, on in (("compact", topic.compacting), ("delete", topic.deleting))
-                if on]
+    policies = [
+        name for name, on in (("compact", topic.compacting), ("delete", topic.deleting)) if on
+    ]
     config = {"cleanup.policy": ",".join(policies)} if policies else {}
     if topic.retention:
         retention_ms = int(want_seconds(topic.retention) * 1000)
@@ -93,7 +94,8 @@ def prepare(kafka: KafkaSettings, specs: Mapping[str, TopicSpec], wait_s: float)
         wait=wait_exponential_jitter(multiplier=0.5, max=5.0),
         stop=stop_after_delay(wait_s),
         before_sleep=lambda state: log.warning(
-            "waiting for Kafka at %s: %s", kafka.bootstrap_servers,
+            "waiting for Kafka at %s: %s",
+            kafka.bootstrap_servers,
             state.outcome.exception() if state.outcome else "?",
         ),
         reraise=True,
@@ -110,8 +112,9 @@ def prepare(kafka: KafkaSettings, specs: Mapping[str, TopicSpec], wait_s: float)
     if report.created:
         log.info("created topics %s", ", ".join(report.created))
     if report.mismatched:
-        wrong = ", ".join(f"{n} has {a} partitions, needs {w}"
-                          for n, (a, w) in report.mismatched.items())
+        wrong = ", ".join(
+            f"{n} has {a} partitions, needs {w}" for n, (a, w) in report.mismatched.items()
+        )
         raise TopicsNotReady(f"topics with the wrong partition count: {wrong}")
     log.info("all %d topics ready after %.1fs", len(specs), time.monotonic() - began)
 
@@ -125,9 +128,9 @@ def _check_visible(kafka: KafkaSettings, specs: Mapping[str, TopicSpec]) -> None
     finally:
         admin.close()
     not_ready = sorted(
-        name for name in specs
-        if name not in described
-        or any(p["leader_id"] < 0 for p in described[name]["partitions"])
+        name
+        for name in specs
+        if name not in described or any(p["leader_id"] < 0 for p in described[name]["partitions"])
     )
     if not_ready:
         raise TopicsNotReady(f"not yet in metadata with leaders: {', '.join(not_ready)}")

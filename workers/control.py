@@ -65,7 +65,9 @@ class CancelFeed:
     async def _follow(self) -> None:
         consumer = AIOKafkaConsumer(
             **aiokafka_options(self._kafka, "cancels"),
-            group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
         )
         partitions = await self._partitions()
         await consumer.start()
@@ -86,7 +88,6 @@ class CancelFeed:
                 metrics.CANCELS_KNOWN.set(len(self._registry))
         finally:
             await consumer.stop()
-
 
     async def _partitions(self) -> list[int]:
         admin = AIOKafkaAdminClient(**aiokafka_options(self._kafka, "cancels-admin"))
@@ -193,8 +194,12 @@ def held_of(event: EventT[Any], ticket: Ticket) -> Held:
         text = document.get("text") if isinstance(document, dict) else None
     except ValueError:
         tenant = text = None
-    return Held(event, ticket, tenant_label(tenant if isinstance(tenant, str) else None),
-                len(text) if isinstance(text, str) else 1)
+    return Held(
+        event,
+        ticket,
+        tenant_label(tenant if isinstance(tenant, str) else None),
+        len(text) if isinstance(text, str) else 1,
+    )
 
 
 @dataclass
@@ -209,8 +214,7 @@ class Controls:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Controls:
-        cancels = CancelRegistry(settings.limits.max_timeout_ms,
-                                 settings.worker.cancel_max_entries)
+        cancels = CancelRegistry(settings.limits.max_timeout_ms, settings.worker.cancel_max_entries)
         replies = settings.replies
         lister = TopicLister(settings.kafka)
         return cls(

@@ -42,8 +42,9 @@ log = logging.getLogger(__name__)
 Event = EventT[Any]
 
 
-def micro_batches(stream: StreamT[Any], max_events: int, within_s: float
-                  ) -> AsyncIterator[Sequence[Event]]:
+def micro_batches(
+    stream: StreamT[Any], max_events: int, within_s: float
+) -> AsyncIterator[Sequence[Event]]:
     """The agent's stream as micro-batches of events (``take_events``).
 
     ``StreamT`` does not declare ``take_events``; the stream Faust passes to an
@@ -61,8 +62,9 @@ def record_of(event: Event) -> Record:
     raw = event.headers or {}
     items = raw.items() if isinstance(raw, Mapping) else raw
     headers: Headers = [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in items]
-    return Record(message.topic, message.partition, message.offset, message.key,
-                  message.value, headers)
+    return Record(
+        message.topic, message.partition, message.offset, message.key, message.value, headers
+    )
 
 
 def tp_of(event: Event) -> TopicPartition:
@@ -106,7 +108,11 @@ class DrainingWorker(faust.Worker):
     """
 
     def __init__(
-        self, app: faust.App, *, drain: Callable[[], Awaitable[None]], stop_timeout_s: float,
+        self,
+        app: faust.App,
+        *,
+        drain: Callable[[], Awaitable[None]],
+        stop_timeout_s: float,
         **kwargs: Any,
     ) -> None:
         super().__init__(app, **kwargs)
@@ -125,16 +131,22 @@ class DrainingWorker(faust.Worker):
         if self._stopping:
             return
         self._stopping = True
-        log.info("%s: finishing the running batches, then stopping (at most %.0fs)", sig.name,
-                 self._stop_timeout_s)
+        log.info(
+            "%s: finishing the running batches, then stopping (at most %.0fs)",
+            sig.name,
+            self._stop_timeout_s,
+        )
         watchdog = threading.Timer(self._stop_timeout_s, self._overrun)
         watchdog.daemon = True
         watchdog.start()
         self.add_future(self._drain_then_stop(sig))
 
     def _overrun(self) -> None:
-        log.error("stop took longer than %.0fs; exiting now (unfinished batches were not "
-                  "committed and will be processed again)", self._stop_timeout_s)
+        log.error(
+            "stop took longer than %.0fs; exiting now (unfinished batches were not "
+            "committed and will be processed again)",
+            self._stop_timeout_s,
+        )
         logging.shutdown()
         os._exit(EXIT_TEMPFAIL)
 

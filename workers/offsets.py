@@ -61,8 +61,7 @@ class OffsetKeeper:
         if unknown and not await self._start(unknown):
             # Rebalanced meanwhile: these events belong to the old assignment. The
             # new one starts at the committed offsets, and a skip is sought back.
-            log.info("rebalanced while starting partitions; %d fetched events dropped",
-                     len(events))
+            log.info("rebalanced while starting partitions; %d fetched events dropped", len(events))
             return [], []
         admitted: list[Event] = []
         tickets: list[Ticket] = []
@@ -96,15 +95,27 @@ class OffsetKeeper:
         owed = self.ledger.owed(tp)
         first = await asyncio.to_thread(self._probe.first_offset, tp, owed)
         if first is not None and first > owed:
-            log.info("%s[%d]: the log has no records in [%d, %d); continuing at %d",
-                     tp.topic, tp.partition, owed, first, first)
+            log.info(
+                "%s[%d]: the log has no records in [%d, %d); continuing at %d",
+                tp.topic,
+                tp.partition,
+                owed,
+                first,
+                first,
+            )
             self.ledger.skip_to(tp, first)
             verdict, ticket = self.ledger.offer(tp, seen)
             if ticket is not None:
                 return verdict, ticket
         target = self.ledger.owed(tp)
-        log.warning("%s[%d]: the consumer skipped to offset %d while %d was owed; "
-                    "seeking back to %d", tp.topic, tp.partition, seen, target, target)
+        log.warning(
+            "%s[%d]: the consumer skipped to offset %d while %d was owed; seeking back to %d",
+            tp.topic,
+            tp.partition,
+            seen,
+            target,
+            target,
+        )
         await self._seek(tp)
         return Verdict.STALE, None
 
@@ -115,9 +126,7 @@ class OffsetKeeper:
         self.seeks += 1
         self._last_seek[tp] = time.monotonic()
         try:
-            await self._app.consumer.seek_wait(
-                {TP(tp.topic, tp.partition): self.ledger.owed(tp)}
-            )
+            await self._app.consumer.seek_wait({TP(tp.topic, tp.partition): self.ledger.owed(tp)})
         except Exception as exc:  # revoked meanwhile, or the broker is away: retried later
             log.info("%s[%d]: seek not done now (%s); retrying", tp.topic, tp.partition, exc)
 
@@ -149,8 +158,14 @@ class OffsetKeeper:
             if since_owed != owed:
                 self._stalled[tp] = (owed, now)
             elif now - since >= self._stall_s:
-                log.warning("%s[%d]: idle with records %d..%d unconsumed; seeking back to %d",
-                            tp.topic, tp.partition, owed, end - 1, owed)
+                log.warning(
+                    "%s[%d]: idle with records %d..%d unconsumed; seeking back to %d",
+                    tp.topic,
+                    tp.partition,
+                    owed,
+                    end - 1,
+                    owed,
+                )
                 self._stalled.pop(tp)
                 await self._seek(tp)
 
@@ -256,8 +271,10 @@ class LogProbe:
 
         if self._consumer is None:
             self._consumer = KafkaConsumer(
-                **kafka_python_options(self._kafka, "log-probe"), group_id=None,
-                enable_auto_commit=False, max_poll_records=1,
+                **kafka_python_options(self._kafka, "log-probe"),
+                group_id=None,
+                enable_auto_commit=False,
+                max_poll_records=1,
             )
         consumer, ktp = self._consumer, KafkaTP(tp.topic, tp.partition)
         consumer.assign([ktp])

@@ -84,7 +84,9 @@ class Flood:
             time.sleep(1.0)
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self._listener.__exit__(exc_type, exc, tb)
@@ -100,8 +102,15 @@ def held_for(worker: WorkerProcess, tenant: str) -> float:
 
 
 def _phase(
-    settings: Settings, *, fair: bool, flood: int, steady: int, rate: float, seed: int,
-    quantum_chars: int | None, flood_timeout_ms: int,
+    settings: Settings,
+    *,
+    fair: bool,
+    flood: int,
+    steady: int,
+    rate: float,
+    seed: int,
+    quantum_chars: int | None,
+    flood_timeout_ms: int,
 ) -> dict[str, Any]:
     env = {"BABELSTREAM_TENANTS__FAIR_SHARE": "true" if fair else "false"}
     if quantum_chars is not None:
@@ -120,13 +129,27 @@ def _phase(
 
 
 def measure_fairness(
-    settings: Settings, *, flood: int, steady: int, rate: float,
-    quantum_chars: int | None = None, flood_timeout_ms: int = 300_000,
+    settings: Settings,
+    *,
+    flood: int,
+    steady: int,
+    rate: float,
+    quantum_chars: int | None = None,
+    flood_timeout_ms: int = 300_000,
 ) -> dict[str, Any]:
     """Steady-tenant P99 alone, under a flood with fair share, and under it without."""
+
     def phase(fair: bool, flood_n: int, seed: int) -> dict[str, Any]:
-        return _phase(settings, fair=fair, flood=flood_n, steady=steady, rate=rate, seed=seed,
-                      quantum_chars=quantum_chars, flood_timeout_ms=flood_timeout_ms)
+        return _phase(
+            settings,
+            fair=fair,
+            flood=flood_n,
+            steady=steady,
+            rate=rate,
+            seed=seed,
+            quantum_chars=quantum_chars,
+            flood_timeout_ms=flood_timeout_ms,
+        )
 
     alone = phase(True, 0, 31)
     without = phase(False, flood, 51)

@@ -54,18 +54,18 @@ def assemble_document(
         raise ValueError(f"{len(outcomes)} outcomes for {len(segmentation.segments)} segments")
     texts: list[str] = []
     errors: list[dict[str, Any]] = []
-    for index, (segment, outcome) in enumerate(
-        zip(segmentation.segments, outcomes, strict=True)
-    ):
+    for index, (segment, outcome) in enumerate(zip(segmentation.segments, outcomes, strict=True)):
         if outcome is not None and outcome.ok:
             texts.append(outcome.translation or "")
             continue
         texts.append(segment.text)
-        errors.append({
-            "segment_index": index,
-            "status": "missing" if outcome is None else outcome.status,
-            "error": "no result" if outcome is None else outcome.error,
-        })
+        errors.append(
+            {
+                "segment_index": index,
+                "status": "missing" if outcome is None else outcome.status,
+                "error": "no result" if outcome is None else outcome.error,
+            }
+        )
     if not errors:
         return DocumentOutcome(segmentation.join(texts), "ok")
     if len(errors) == len(texts):

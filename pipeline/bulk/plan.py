@@ -92,6 +92,8 @@ def plan_batch(
         )
     held = batch.rows.nbytes + sum(
         sys.getsizeof(s.lead) + sys.getsizeof(s.text)
-        for seg in documents if seg is not None for s in seg.segments
+        for seg in documents
+        if seg is not None
+        for s in seg.segments
     )
     return BatchPlan(batch.rows, batch.ids, batch.first, documents, tasks, nbytes=held)

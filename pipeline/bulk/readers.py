@@ -127,8 +127,7 @@ class _ParquetSource(_Source):
             for fragment in dataset.get_fragments()
         ]
         self._partition_fields = [
-            field for field in dataset.schema
-            if any(field.name in keys for _, keys in self._files)
+            field for field in dataset.schema if any(field.name in keys for _, keys in self._files)
         ]
         self._batch_rows: int | None = None
 
@@ -163,8 +162,7 @@ class _ParquetSource(_Source):
             parquet = pq.ParquetFile(file)
             names = set(parquet.schema_arrow.names)
             wanted = None if columns is None else [c for c in columns if c in names]
-            for batch in parquet.iter_batches(batch_size=rows, columns=wanted,
-                                              use_threads=False):
+            for batch in parquet.iter_batches(batch_size=rows, columns=wanted, use_threads=False):
                 yield self._with_partitions(batch, keys, columns)
 
     def _with_partitions(

@@ -44,8 +44,14 @@ def check_job_id(job_id: str) -> str:
 
 
 def default_job_id(
-    inputs: Sequence[str], pair: Pair, *, id_column: str | None, text_column: str,
-    tenant: str | None, domain: str | None, text_format: str = "text",
+    inputs: Sequence[str],
+    pair: Pair,
+    *,
+    id_column: str | None,
+    text_column: str,
+    tenant: str | None,
+    domain: str | None,
+    text_format: str = "text",
     glossary: str | None = None,
 ) -> str:
     """A job id from everything that defines the job, so the same command resumes."""
@@ -57,7 +63,10 @@ def default_job_id(
 
 
 def job_identity(
-    pair: Pair, tenant: str | None, domain: str | None, text_format: str = "text",
+    pair: Pair,
+    tenant: str | None,
+    domain: str | None,
+    text_format: str = "text",
     glossary: str | None = None,
 ) -> dict[str, Any]:
     """The manifest fields a job keeps for life (they change translations)."""

@@ -230,8 +230,9 @@ class _Pump:
             JobResults(kafka, self._spec.job_id, reply.name) as source,
             BulkPublisher(kafka, bulk_topic(self._spec.pair)) as sink,
             progress_bar("segments", unit="seg", position=0, **bars) as segments_bar,
-            progress_bar("documents", total=self._report.documents, unit="doc", position=1,
-                         **bars) as documents_bar,
+            progress_bar(
+                "documents", total=self._report.documents, unit="doc", position=1, **bars
+            ) as documents_bar,
         ):
             template = RequestTemplate(
                 job_id=self._spec.job_id,
@@ -286,8 +287,9 @@ class _Pump:
         ``bulk cancel`` covers the segments submitted before it; segments this run
         published until it noticed would escape it. A cancel stamped now covers them.
         """
-        publish_cancels(self._settings,
-                        cancels_for(job_ids=[self._spec.job_id], requested_by="bulk cancel"))
+        publish_cancels(
+            self._settings, cancels_for(job_ids=[self._spec.job_id], requested_by="bulk cancel")
+        )
 
     def _held_bytes(self) -> int:
         return sum(plan.nbytes for plan in self._window)
@@ -302,7 +304,9 @@ class _Pump:
             if batch is None:
                 return False
             plan = plan_batch(
-                self._spec.job_id, batch, self._settings.limits.max_text_bytes,
+                self._spec.job_id,
+                batch,
+                self._settings.limits.max_text_bytes,
                 self._spec.text_format,
             )
             self._report.segments_total += len(plan.tasks)
@@ -354,8 +358,7 @@ class _Pump:
         return len(records)
 
     def _record(self, plan: BatchPlan, result: TranslationResult) -> None:
-        plan.add(result.request_id,
-                 SegmentOutcome(result.status, result.translation, result.error))
+        plan.add(result.request_id, SegmentOutcome(result.status, result.translation, result.error))
         self._in_flight.discard(result.request_id)
         self._report.completed += 1
         if result.status == "ok":

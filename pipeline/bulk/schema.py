@@ -19,18 +19,19 @@ SCHEMA_FILE = PROJECT_ROOT / "schemas" / "bulk_output.arrow.json"
 DocStatus = Literal["ok", "partial", "error"]
 DOC_STATUSES: tuple[DocStatus, ...] = ("ok", "partial", "error")
 
-SEGMENT_ERROR = pa.struct([
-    pa.field("segment_index", pa.int32(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),  # error | timeout | missing
-    pa.field("error", pa.string()),
-])
+SEGMENT_ERROR = pa.struct(
+    [
+        pa.field("segment_index", pa.int32(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),  # error | timeout | missing
+        pa.field("error", pa.string()),
+    ]
+)
 
 OUTPUT_FIELDS: tuple[pa.Field, ...] = (
     # null when no segment was translated (status error) or the input text was null
     pa.field("translation", pa.string()),
     pa.field("status", pa.string(), nullable=False),
-    pa.field("errors", pa.list_(pa.field("item", SEGMENT_ERROR, nullable=False)),
-             nullable=False),
+    pa.field("errors", pa.list_(pa.field("item", SEGMENT_ERROR, nullable=False)), nullable=False),
 )
 OUTPUT_COLUMNS: tuple[str, ...] = tuple(f.name for f in OUTPUT_FIELDS)
 

@@ -37,7 +37,9 @@ class BulkPublisher:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -63,7 +65,9 @@ class JobResults:
         self._job_id = job_id
         self._marker = job_id.encode()
         self._consumer = kafka_python_client(
-            KafkaConsumer, settings, "bulk-results",
+            KafkaConsumer,
+            settings,
+            "bulk-results",
             group_id=None,
             enable_auto_commit=False,
             max_poll_records=500,

@@ -51,8 +51,9 @@ def bench_pair(index: int) -> str:
     return f"en_x{chr(97 + index // 26 % 26)}{chr(97 + index % 26)}"
 
 
-def synthetic_results(count: int, pairs: int, rate: int, seed: int = 7,
-                      duplicates: float = 0.0) -> Iterator[bytes]:
+def synthetic_results(
+    count: int, pairs: int, rate: int, seed: int = 7, duplicates: float = 0.0
+) -> Iterator[bytes]:
     """``count`` TranslationResult JSON documents, ``rate`` per second of event time;
     a ``duplicates`` share of them is sent twice (right after the first copy)."""
     rng = random.Random(seed)
@@ -60,26 +61,40 @@ def synthetic_results(count: int, pairs: int, rate: int, seed: int = 7,
         pair = bench_pair(i % pairs)
         completed = _BASE_MS + i * 1000 // rate
         latency = int(rng.lognormvariate(5.5, 0.8))
-        document = json.dumps({
-            "schema_version": 1, "request_id": f"bench-{i}", "source_lang": "en",
-            "target_lang": pair[3:], "pair": pair, "status": rng.choice(_STATUSES),
-            "cache": rng.choice(_CACHES), "submitted_at": completed - latency,
-            "completed_at": completed, "latency_ms": latency,
-        }).encode()
+        document = json.dumps(
+            {
+                "schema_version": 1,
+                "request_id": f"bench-{i}",
+                "source_lang": "en",
+                "target_lang": pair[3:],
+                "pair": pair,
+                "status": rng.choice(_STATUSES),
+                "cache": rng.choice(_CACHES),
+                "submitted_at": completed - latency,
+                "completed_at": completed,
+                "latency_ms": latency,
+            }
+        ).encode()
         yield document
         if rng.random() < duplicates:
             yield document
 
 
-def preload(settings: Settings, topics: dict[str, str], count: int, pairs: int, rate: int,
-            duplicates: float) -> tuple[float, int]:
+def preload(
+    settings: Settings, topics: dict[str, str], count: int, pairs: int, rate: int, duplicates: float
+) -> tuple[float, int]:
     """Produce the synthetic results and the closing ticks; returns (seconds, records sent)."""
     from kafka import KafkaProducer
 
     started = time.monotonic()
     # acks=1 without idempotence: synthetic load, speed over delivery guarantees
-    producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-sla"), acks=1,
-                             enable_idempotence=False, linger_ms=50, batch_size=512 * 1024)
+    producer = KafkaProducer(
+        **kafka_python_options(settings.kafka, "bench-sla"),
+        acks=1,
+        enable_idempotence=False,
+        linger_ms=50,
+        batch_size=512 * 1024,
+    )
     sent = 0
     with progress_bar("pre-loaded", total=count, unit="result") as bar:
         for value in synthetic_results(count, pairs, rate, duplicates=duplicates):
@@ -89,8 +104,9 @@ def preload(settings: Settings, topics: dict[str, str], count: int, pairs: int, 
     sla = settings.sla
     closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
     tick_at = _BASE_MS + count * 1000 // rate + closing_ms
-    ticks = TickSource([bench_pair(i) for i in range(pairs)], "bench", lambda: tick_at,
-                       topics["ticks"])
+    ticks = TickSource(
+        [bench_pair(i) for i in range(pairs)], "bench", lambda: tick_at, topics["ticks"]
+    )
     for topic, key, value in ticks.records():
         producer.send(topic, key=key, value=value)
     producer.flush()
@@ -110,9 +126,13 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
     """The SlaWindow messages on ``topic``, each validated against the contract."""
     from kafka import KafkaConsumer
 
-    consumer = KafkaConsumer(topic, **kafka_python_options(settings.kafka, "bench-sla"),
-                             auto_offset_reset="earliest", enable_auto_commit=False,
-                             consumer_timeout_ms=3000)
+    consumer = KafkaConsumer(
+        topic,
+        **kafka_python_options(settings.kafka, "bench-sla"),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=3000,
+    )
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]
     finally:
@@ -131,8 +151,7 @@ CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
 DEFAULT_CONFIGS = ("full", "baseline")
 
 
-def run_report(settings: Settings, summary: RunSummary, windows: list[SlaWindow]
-               ) -> dict[str, Any]:
+def run_report(settings: Settings, summary: RunSummary, windows: list[SlaWindow]) -> dict[str, Any]:
     """One configuration's figures."""
     return {
         "results_per_s": round(summary.rows_per_busy_s),
@@ -151,8 +170,9 @@ def run_report(settings: Settings, summary: RunSummary, windows: list[SlaWindow]
     }
 
 
-def report(settings: Settings, runs: dict[str, dict[str, Any]], loaded: dict[str, Any]
-           ) -> dict[str, Any]:
+def report(
+    settings: Settings, runs: dict[str, dict[str, Any]], loaded: dict[str, Any]
+) -> dict[str, Any]:
     """The bench's JSON document: each configuration, and full / baseline."""
     sla = settings.sla
     ratios = {}
@@ -166,38 +186,96 @@ def report(settings: Settings, runs: dict[str, dict[str, Any]], loaded: dict[str
         **ratios,
         **loaded,
         "settings": {
-            key: getattr(sla, key) for key in (
-                "window_s", "slide_s", "watermark_s", "trigger_s", "max_offsets_per_trigger",
-                "percentile_accuracy", "master", "driver_memory", "shuffle_partitions",
-                "state_store")
-        } | {"sinks": list(sla.sinks), "partitions": settings.kafka.results_partitions},
+            key: getattr(sla, key)
+            for key in (
+                "window_s",
+                "slide_s",
+                "watermark_s",
+                "trigger_s",
+                "max_offsets_per_trigger",
+                "percentile_accuracy",
+                "master",
+                "driver_memory",
+                "shuffle_partitions",
+                "state_store",
+            )
+        }
+        | {"sinks": list(sla.sinks), "partitions": settings.kafka.results_partitions},
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
     }
 
 
 @click.command()
-@click.option("--results", "count", type=click.IntRange(1), default=200_000, show_default=True,
-              help="Synthetic results to pre-load.")
-@click.option("--pairs", type=click.IntRange(1, 676), default=4, show_default=True,
-              help="Synthetic pairs the results are spread over.")
-@click.option("--rate", type=click.IntRange(1), default=1000, show_default=True,
-              help="Results per second of event time (all pairs together).")
-@click.option("--duplicates", type=click.FloatRange(0, 1), default=0.05, show_default=True,
-              help="Share of results sent twice.")
-@click.option("--max-offsets-per-trigger", type=click.IntRange(1), default=50_000,
-              show_default=True, help="Micro-batch size cap, so the rate is a sustained one.")
-@click.option("--shuffle-partitions", type=click.IntRange(1), default=None,
-              help="spark.sql.shuffle.partitions [default: sla.shuffle_partitions].")
-@click.option("--state-store", type=click.Choice(["hdfs", "rocksdb"]), default=None,
-              help="State store provider [default: sla.state_store].")
-@click.option("--config", "configs", type=click.Choice(list(CONFIGS)), multiple=True,
-              help="Configurations to run, in this order (default: full, then baseline).")
+@click.option(
+    "--results",
+    "count",
+    type=click.IntRange(1),
+    default=200_000,
+    show_default=True,
+    help="Synthetic results to pre-load.",
+)
+@click.option(
+    "--pairs",
+    type=click.IntRange(1, 676),
+    default=4,
+    show_default=True,
+    help="Synthetic pairs the results are spread over.",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Results per second of event time (all pairs together).",
+)
+@click.option(
+    "--duplicates",
+    type=click.FloatRange(0, 1),
+    default=0.05,
+    show_default=True,
+    help="Share of results sent twice.",
+)
+@click.option(
+    "--max-offsets-per-trigger",
+    type=click.IntRange(1),
+    default=50_000,
+    show_default=True,
+    help="Micro-batch size cap, so the rate is a sustained one.",
+)
+@click.option(
+    "--shuffle-partitions",
+    type=click.IntRange(1),
+    default=None,
+    help="spark.sql.shuffle.partitions [default: sla.shuffle_partitions].",
+)
+@click.option(
+    "--state-store",
+    type=click.Choice(["hdfs", "rocksdb"]),
+    default=None,
+    help="State store provider [default: sla.state_store].",
+)
+@click.option(
+    "--config",
+    "configs",
+    type=click.Choice(list(CONFIGS)),
+    multiple=True,
+    help="Configurations to run, in this order (default: full, then baseline).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print only the JSON document.")
 @click.pass_obj
-def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float,
-        max_offsets_per_trigger: int, shuffle_partitions: int | None, state_store: str | None,
-        configs: tuple[str, ...], as_json: bool) -> None:
+def sla(
+    settings: Settings,
+    count: int,
+    pairs: int,
+    rate: int,
+    duplicates: float,
+    max_offsets_per_trigger: int,
+    shuffle_partitions: int | None,
+    state_store: str | None,
+    configs: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Results/s the Spark SLA job sustains over a pre-loaded backlog, before/after dedup."""
     require_kafka(settings.kafka)
     require_spark_master(settings.sla.master, settings.kafka.connect_timeout_s)
@@ -205,44 +283,71 @@ def sla(settings: Settings, count: int, pairs: int, rate: int, duplicates: float
 
     run_id = uuid.uuid4().hex[:8]
     topics = {"results": f"bench.sla.{run_id}", "ticks": f"bench.sla.{run_id}.ticks"}
-    outputs = {name: f"bench.sla.{run_id}.{name.replace('_', '-')}"
-               for name in configs or DEFAULT_CONFIGS}
+    outputs = {
+        name: f"bench.sla.{run_id}.{name.replace('_', '-')}" for name in configs or DEFAULT_CONFIGS
+    }
     created = [*topics.values(), *outputs.values(), *(f"{o}.late" for o in outputs.values())]
-    ensure_topics(settings.kafka, {
-        name: TopicSpec(settings.kafka.results_partitions if name == topics["results"] else 1)
-        for name in created})
-    knobs = {key: value for key, value in (("shuffle_partitions", shuffle_partitions),
-                                           ("state_store", state_store)) if value is not None}
+    ensure_topics(
+        settings.kafka,
+        {
+            name: TopicSpec(settings.kafka.results_partitions if name == topics["results"] else 1)
+            for name in created
+        },
+    )
+    knobs = {
+        key: value
+        for key, value in (("shuffle_partitions", shuffle_partitions), ("state_store", state_store))
+        if value is not None
+    }
     runs: dict[str, dict[str, Any]] = {}
     try:
         load_s, sent = preload(settings, topics, count, pairs, rate, duplicates)
         for name, sink in outputs.items():
             overrides, late_rows = CONFIGS[name]
             with tempfile.TemporaryDirectory(prefix="bench-sla-") as work:
-                sla_settings = settings.sla.model_copy(update={
-                    "source_topic": topics["results"], "ticks_topic": topics["ticks"],
-                    "sink_topic": sink, "late_topic": f"{sink}.late", "sinks": ("kafka", "parquet"),
-                    "checkpoint_dir": Path(work) / "checkpoint",
-                    "history_dir": Path(work) / "history", "late_history_dir": Path(work) / "late",
-                    "starting_offsets": "earliest",
-                    "max_offsets_per_trigger": max_offsets_per_trigger, **knobs, **overrides,
-                })
+                sla_settings = settings.sla.model_copy(
+                    update={
+                        "source_topic": topics["results"],
+                        "ticks_topic": topics["ticks"],
+                        "sink_topic": sink,
+                        "late_topic": f"{sink}.late",
+                        "sinks": ("kafka", "parquet"),
+                        "checkpoint_dir": Path(work) / "checkpoint",
+                        "history_dir": Path(work) / "history",
+                        "late_history_dir": Path(work) / "late",
+                        "starting_offsets": "earliest",
+                        "max_offsets_per_trigger": max_offsets_per_trigger,
+                        **knobs,
+                        **overrides,
+                    }
+                )
                 job_settings = settings.model_copy(update={"sla": sla_settings})
-                with progress_bar(f"aggregated ({name})", total=sent + pairs,
-                                  unit="result") as bar:
-                    summary = run(job_settings,
-                                  until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
-                                  late_rows=late_rows, on_input=bar.update)
+                with progress_bar(f"aggregated ({name})", total=sent + pairs, unit="result") as bar:
+                    summary = run(
+                        job_settings,
+                        until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
+                        late_rows=late_rows,
+                        on_input=bar.update,
+                    )
             runs[name] = run_report(job_settings, summary, read_windows(settings, sink))
     finally:
         _delete_topics(settings, created)
-    loaded = {"results": count, "records_sent": sent, "duplicates": duplicates, "pairs": pairs,
-              "load_s": round(load_s, 2)}
-    doc = report(settings.model_copy(update={"sla": settings.sla.model_copy(update=knobs)}),
-                 runs, loaded)
+    loaded = {
+        "results": count,
+        "records_sent": sent,
+        "duplicates": duplicates,
+        "pairs": pairs,
+        "load_s": round(load_s, 2),
+    }
+    doc = report(
+        settings.model_copy(update={"sla": settings.sla.model_copy(update=knobs)}), runs, loaded
+    )
     if not as_json:
         for name, figures in runs.items():
-            click.echo(f"SLA job ({name}): {figures['results_per_s']} results/s, "
-                       f"{figures['warm_results_per_s']}/s after the first batch, "
-                       f"{figures['windows']} windows", err=True)
+            click.echo(
+                f"SLA job ({name}): {figures['results_per_s']} results/s, "
+                f"{figures['warm_results_per_s']}/s after the first batch, "
+                f"{figures['windows']} windows",
+                err=True,
+            )
     click.echo(json.dumps(doc, indent=2))

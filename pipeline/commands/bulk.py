@@ -34,11 +34,16 @@ def _checked_job_id(job_id: str) -> str:
 
 
 _text_format_option = click.option(
-    "--text-format", type=click.Choice(TEXT_FORMATS), default="text", show_default=True,
+    "--text-format",
+    type=click.Choice(TEXT_FORMATS),
+    default="text",
+    show_default=True,
     help="How documents are parsed: markup (html, xml, markdown) is kept and its text "
-         "translated; markup documents travel whole, one request each.")
+    "translated; markup documents travel whole, one request each.",
+)
 _glossary_option = click.option(
-    "--glossary", default=None, help="A glossary of the tenant for this pair (see glossary put).")
+    "--glossary", default=None, help="A glossary of the tenant for this pair (see glossary put)."
+)
 
 
 def _require_spark_services(settings: Settings, master: str | None) -> None:
@@ -50,46 +55,104 @@ def _require_spark_services(settings: Settings, master: str | None) -> None:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--src", required=True, type=LANGUAGE, help="Source language (BCP-47).")
 @click.option("--tgt", required=True, type=LANGUAGE, help="Target language (BCP-47).")
-@click.option("--output", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Output Parquet file.")
-@click.option("--id-column", default=None,
-              help="Document id column [default: 'id' if present, else the row number].")
-@click.option("--text-column", default="text", show_default=True,
-              help="Column holding each document's text.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
-              help="Input format (auto: by suffix; a folder of Parquet files is a dataset).")
-@click.option("--job-id", default=None,
-              help="Job id [default: a digest of inputs, pair, columns, tenant and domain, "
-                   "so the same command resumes].")
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Output Parquet file.",
+)
+@click.option(
+    "--id-column",
+    default=None,
+    help="Document id column [default: 'id' if present, else the row number].",
+)
+@click.option(
+    "--text-column", default="text", show_default=True, help="Column holding each document's text."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="auto",
+    show_default=True,
+    help="Input format (auto: by suffix; a folder of Parquet files is a dataset).",
+)
+@click.option(
+    "--job-id",
+    default=None,
+    help="Job id [default: a digest of inputs, pair, columns, tenant and domain, "
+    "so the same command resumes].",
+)
 @click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP)
 @click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
 @_text_format_option
 @_glossary_option
-@click.option("--max-in-flight", type=click.IntRange(min=1), default=None,
-              help="Segments published but not yet answered [default: bulk.max_in_flight].")
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Segments published but not yet answered [default: bulk.max_in_flight].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @click.pass_obj
 def run(
-    settings: Settings, inputs: tuple[Path, ...], src: str, tgt: str, output: Path,
-    id_column: str | None, text_column: str, fmt: str, job_id: str | None,
-    tenant: str | None, domain: str | None, text_format: str, glossary: str | None,
-    max_in_flight: int | None, as_json: bool,
+    settings: Settings,
+    inputs: tuple[Path, ...],
+    src: str,
+    tgt: str,
+    output: Path,
+    id_column: str | None,
+    text_column: str,
+    fmt: str,
+    job_id: str | None,
+    tenant: str | None,
+    domain: str | None,
+    text_format: str,
+    glossary: str | None,
+    max_in_flight: int | None,
+    as_json: bool,
 ) -> None:
     """Translate every document of INPUT... (Parquet, JSONL, CSV, text files or folders)."""
     pair = Pair(src, tgt)
     resolved = tuple(str(p.resolve()) for p in inputs)
-    job_id = _checked_job_id(job_id or default_job_id(
-        resolved, pair, id_column=id_column, text_column=text_column, tenant=tenant,
-        domain=domain, text_format=text_format, glossary=glossary))
+    job_id = _checked_job_id(
+        job_id
+        or default_job_id(
+            resolved,
+            pair,
+            id_column=id_column,
+            text_column=text_column,
+            tenant=tenant,
+            domain=domain,
+            text_format=text_format,
+            glossary=glossary,
+        )
+    )
     if max_in_flight is not None:
         settings = settings.model_copy(
-            update={"bulk": settings.bulk.model_copy(update={"max_in_flight": max_in_flight})})
-    spec = JobSpec(job_id=job_id, pair=pair, output=output.resolve(), inputs=resolved, fmt=fmt,
-                   id_column=id_column, text_column=text_column, tenant=tenant, domain=domain,
-                   text_format=text_format, glossary=glossary)
+            update={"bulk": settings.bulk.model_copy(update={"max_in_flight": max_in_flight})}
+        )
+    spec = JobSpec(
+        job_id=job_id,
+        pair=pair,
+        output=output.resolve(),
+        inputs=resolved,
+        fmt=fmt,
+        id_column=id_column,
+        text_column=text_column,
+        tenant=tenant,
+        domain=domain,
+        text_format=text_format,
+        glossary=glossary,
+    )
     try:
-        reader = CorpusReader(list(inputs), fmt=fmt, id_column=id_column,  # type: ignore[arg-type]
-                              text_column=text_column)
+        reader = CorpusReader(
+            list(inputs),
+            fmt=fmt,  # type: ignore[arg-type]  # click.Choice of InputFormat's values
+            id_column=id_column,
+            text_column=text_column,
+        )
         click.echo(f"job {job_id}: {reader.scan().documents} documents -> {output}", err=True)
         require_kafka(settings.kafka)
         report = run_job(settings, spec, reader)
@@ -132,7 +195,8 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
         "segments_errors": progress.errors,
         "segments_cancelled": progress.cancelled,
         "segments_pending": max(
-            0, total - progress.completed - progress.errors - progress.cancelled),
+            0, total - progress.completed - progress.errors - progress.cancelled
+        ),
         "cancel_requested_at": manifest.get("cancel_requested_at"),
         "output": manifest.get("output"),
         "inputs": manifest.get("inputs"),
@@ -158,14 +222,16 @@ def status(settings: Settings, job_id: str, as_json: bool) -> None:
     total = doc["segments_total"] or 0
     done = doc["segments_completed"]
     share = f" ({100 * done / total:.1f}%)" if total else ""
-    click.echo(f"job       {doc['job_id']} ({doc['pair']})\n"
-               f"state     {doc['state']}\n"
-               f"documents {doc['documents']}\n"
-               f"segments  {done}/{total or '?'} completed{share}, {doc['segments_errors']} "
-               f"errors, {doc['segments_cancelled']} cancelled, "
-               f"{doc['segments_pending']} pending\n"
-               f"output    {doc['output']}\n"
-               f"state dir {doc['state_dir']}")
+    click.echo(
+        f"job       {doc['job_id']} ({doc['pair']})\n"
+        f"state     {doc['state']}\n"
+        f"documents {doc['documents']}\n"
+        f"segments  {done}/{total or '?'} completed{share}, {doc['segments_errors']} "
+        f"errors, {doc['segments_cancelled']} cancelled, "
+        f"{doc['segments_pending']} pending\n"
+        f"output    {doc['output']}\n"
+        f"state dir {doc['state_dir']}"
+    )
 
 
 @bulk.command()
@@ -194,23 +260,41 @@ def cancel(settings: Settings, job_id: str) -> None:
 @click.option("--src", required=True, type=LANGUAGE, help="Source language (BCP-47).")
 @click.option("--tgt", required=True, type=LANGUAGE, help="Target language (BCP-47).")
 @click.option("--job-id", required=True, help="Job id (the same one for spark-assemble).")
-@click.option("--id-column", default=None,
-              help="Document id column [default: 'id' if present, else <file>:<row>].")
-@click.option("--text-column", default="text", show_default=True,
-              help="Column holding each document's text.")
+@click.option(
+    "--id-column",
+    default=None,
+    help="Document id column [default: 'id' if present, else <file>:<row>].",
+)
+@click.option(
+    "--text-column", default="text", show_default=True, help="Column holding each document's text."
+)
 @click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP)
 @click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
 @_text_format_option
 @_glossary_option
 @click.option("--topic", default=None, help="Request topic [default: translate.bulk.<pair>].")
-@click.option("--max-segments", type=click.IntRange(min=1), default=None,
-              help="Publish at most this many pending segments now (feed huge jobs in waves).")
+@click.option(
+    "--max-segments",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Publish at most this many pending segments now (feed huge jobs in waves).",
+)
 @click.option("--master", default=None, help="Spark master [default: bulk.spark_master].")
 @click.pass_obj
 def spark_submit(
-    settings: Settings, input_path: str, src: str, tgt: str, job_id: str,
-    id_column: str | None, text_column: str, tenant: str | None, domain: str | None,
-    text_format: str, glossary: str | None, topic: str | None, max_segments: int | None,
+    settings: Settings,
+    input_path: str,
+    src: str,
+    tgt: str,
+    job_id: str,
+    id_column: str | None,
+    text_column: str,
+    tenant: str | None,
+    domain: str | None,
+    text_format: str,
+    glossary: str | None,
+    topic: str | None,
+    max_segments: int | None,
     master: str | None,
 ) -> None:
     """Segment a Parquet corpus on Spark and publish its requests through Spark's Kafka sink.
@@ -225,10 +309,19 @@ def spark_submit(
     spark = bulk_spark.spark_session(settings, f"babelstream-bulk-submit-{job_id}", master)
     try:
         report = bulk_spark.submit(
-            spark, settings, input_path=input_path, pair=Pair(src, tgt),
-            job_id=job_id, id_column=id_column, text_column=text_column,
-            tenant=tenant, domain=domain, topic=topic, max_segments=max_segments,
-            text_format=text_format, glossary=glossary,
+            spark,
+            settings,
+            input_path=input_path,
+            pair=Pair(src, tgt),
+            job_id=job_id,
+            id_column=id_column,
+            text_column=text_column,
+            tenant=tenant,
+            domain=domain,
+            topic=topic,
+            max_segments=max_segments,
+            text_format=text_format,
+            glossary=glossary,
         )
     except BulkError as exc:
         raise click.ClickException(str(exc)) from None
@@ -241,12 +334,21 @@ def spark_submit(
 @click.option("--job-id", required=True, help="The job id given to spark-submit.")
 @click.option("--output", "-o", required=True, help="Output Parquet folder.")
 @click.option("--results-topic", default=None, help="[default: translate.results]")
-@click.option("--files", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Output part files (each holds a contiguous range of input order).")
+@click.option(
+    "--files",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Output part files (each holds a contiguous range of input order).",
+)
 @click.option("--master", default=None, help="Spark master [default: bulk.spark_master].")
 @click.pass_obj
 def spark_assemble(
-    settings: Settings, job_id: str, output: str, results_topic: str | None, files: int,
+    settings: Settings,
+    job_id: str,
+    output: str,
+    results_topic: str | None,
+    files: int,
     master: str | None,
 ) -> None:
     """Assemble a Spark-submitted job's results (batch read of translate.results) into Parquet."""
@@ -257,8 +359,12 @@ def spark_assemble(
     spark = bulk_spark.spark_session(settings, f"babelstream-bulk-assemble-{job_id}", master)
     try:
         report = bulk_spark.assemble(
-            spark, settings, job_id=job_id, output=output,
-            results_topic=results_topic, files=files,
+            spark,
+            settings,
+            job_id=job_id,
+            output=output,
+            results_topic=results_topic,
+            files=files,
         )
     except BulkError as exc:
         raise click.ClickException(str(exc)) from None

@@ -22,8 +22,12 @@ def schemas() -> None:
 
 @schemas.command("export")
 @click.option(
-    "--dir", "directory", type=click.Path(path_type=Path), default=PROJECT_ROOT / "schemas",
-    show_default=True, help="Where the JSON Schema files are written.",
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=PROJECT_ROOT / "schemas",
+    show_default=True,
+    help="Where the JSON Schema files are written.",
 )
 def export(directory: Path) -> None:
     """Write one JSON Schema file per message type."""

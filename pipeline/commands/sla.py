@@ -22,8 +22,9 @@ from pipeline.sla import RunSummary, parse_thresholds
 from pipeline.sla_history import PeriodReport, period_report
 
 
-def sla_settings(base: SlaSettings, overrides: dict[str, Any],
-                 thresholds: tuple[str, ...] = ()) -> SlaSettings:
+def sla_settings(
+    base: SlaSettings, overrides: dict[str, Any], thresholds: tuple[str, ...] = ()
+) -> SlaSettings:
     """``base`` with the options that were given (None = not given) and extra thresholds."""
     fields = {**base.model_dump(), **{k: v for k, v in overrides.items() if v is not None}}
     fields["thresholds_ms"] = {**base.thresholds_ms, **parse_thresholds(thresholds)}
@@ -38,8 +39,9 @@ def _sinks(value: str | None) -> tuple[str, ...] | None:
 def stop_on_signals() -> Iterator[threading.Event]:
     """An event set by SIGINT / SIGTERM, so the job stops between micro-batches."""
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield stop
     finally:
@@ -49,9 +51,11 @@ def stop_on_signals() -> Iterator[threading.Event]:
 
 def summary_line(summary: RunSummary) -> str:
     """The one-line report printed when the job stops."""
-    return (f"sla: {summary.input_rows} results in {len(summary.input_batches)} batches, "
-            f"{summary.windows} windows emitted, {summary.late_rows} late rows, "
-            f"{summary.wall_s:.1f}s")
+    return (
+        f"sla: {summary.input_rows} results in {len(summary.input_batches)} batches, "
+        f"{summary.windows} windows emitted, {summary.late_rows} late rows, "
+        f"{summary.wall_s:.1f}s"
+    )
 
 
 @click.group(invoke_without_command=True)
@@ -64,18 +68,40 @@ def summary_line(summary: RunSummary) -> str:
 @click.option("--history", type=click.Path(path_type=Path), help="Parquet history folder.")
 @click.option("--source-topic", help="Results topic to read (default translate.results).")
 @click.option("--sink-topic", help="Topic for SlaWindow messages (default translate.sla).")
-@click.option("--starting-offsets", type=click.Choice(["earliest", "latest"]),
-              help="Where a fresh checkpoint starts reading.")
-@click.option("--threshold", "thresholds", multiple=True, metavar="PAIR=MS",
-              help="A pair's SLA latency threshold (repeatable); others use the default.")
-@click.option("--until-idle", type=DURATION,
-              help="Stop once no new input has arrived for this long (back-fills, tests).")
+@click.option(
+    "--starting-offsets",
+    type=click.Choice(["earliest", "latest"]),
+    help="Where a fresh checkpoint starts reading.",
+)
+@click.option(
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="PAIR=MS",
+    help="A pair's SLA latency threshold (repeatable); others use the default.",
+)
+@click.option(
+    "--until-idle",
+    type=DURATION,
+    help="Stop once no new input has arrived for this long (back-fills, tests).",
+)
 @click.option("--master", help="Spark master, e.g. spark://127.0.0.1:7077 (default local[2]).")
-@click.option("--late-rows/--no-late-rows", default=True, show_default=True,
-              help="Run the second query that writes late rows to translate.sla.late.")
+@click.option(
+    "--late-rows/--no-late-rows",
+    default=True,
+    show_default=True,
+    help="Run the second query that writes late rows to translate.sla.late.",
+)
 @click.pass_context
-def sla(ctx: click.Context, /, thresholds: tuple[str, ...], until_idle: float | None,
-        sinks: str | None, late_rows: bool, **options: Any) -> None:
+def sla(
+    ctx: click.Context,
+    /,
+    thresholds: tuple[str, ...],
+    until_idle: float | None,
+    sinks: str | None,
+    late_rows: bool,
+    **options: Any,
+) -> None:
     """Windowed P50/P95/P99 latency and timeout/error/cache-hit ratios per pair.
 
     Reads results, writes one SlaWindow per pair, priority class and window
@@ -87,16 +113,22 @@ def sla(ctx: click.Context, /, thresholds: tuple[str, ...], until_idle: float | 
         return
     settings: Settings = ctx.obj
     overrides = {
-        "window_s": options["window"], "slide_s": options["slide"],
-        "watermark_s": options["watermark"], "trigger_s": options["trigger"],
-        "sinks": _sinks(sinks), "checkpoint_dir": options["checkpoint"],
-        "history_dir": options["history"], "source_topic": options["source_topic"],
-        "sink_topic": options["sink_topic"], "starting_offsets": options["starting_offsets"],
+        "window_s": options["window"],
+        "slide_s": options["slide"],
+        "watermark_s": options["watermark"],
+        "trigger_s": options["trigger"],
+        "sinks": _sinks(sinks),
+        "checkpoint_dir": options["checkpoint"],
+        "history_dir": options["history"],
+        "source_topic": options["source_topic"],
+        "sink_topic": options["sink_topic"],
+        "starting_offsets": options["starting_offsets"],
         "master": options["master"],
     }
     try:
         job_settings = settings.model_copy(
-            update={"sla": sla_settings(settings.sla, overrides, thresholds)})
+            update={"sla": sla_settings(settings.sla, overrides, thresholds)}
+        )
     except (ValidationError, ConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
     require_kafka(settings.kafka)
@@ -117,6 +149,7 @@ def _utc(ms: int) -> str:
 
 def report_lines(report: PeriodReport) -> list[str]:
     """The human-readable report."""
+
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f} ms"
 
@@ -139,25 +172,54 @@ def report_lines(report: PeriodReport) -> list[str]:
         windows = "" if share is None else f" ({share:.1%} of windows met it)"
         lines.append(f"  objective {name} {target:g}: {verdict}{windows}")
     if report.windows_without_sketch:
-        lines.append(f"  note: {report.windows_without_sketch} windows have no sketch and are "
-                     "not in the percentiles")
+        lines.append(
+            f"  note: {report.windows_without_sketch} windows have no sketch and are "
+            "not in the percentiles"
+        )
     return lines
 
 
 @sla.command("report")
 @click.option("--pair", required=True, help="Pair id (or `unsupported`).")
-@click.option("--priority", type=click.Choice(["interactive", "bulk"]), default="interactive",
-              show_default=True, help="Priority class of the series.")
-@click.option("--from", "from_ms", type=INSTANT, default="now-1h", show_default=True,
-              help="Start: ISO 8601, epoch ms, or now-<duration> (now-30d).")
-@click.option("--to", "to_ms", type=INSTANT, default="now", show_default=True,
-              help="End (exclusive), same forms.")
-@click.option("--history", type=click.Path(path_type=Path),
-              help="Parquet history folder [default: sla.history_dir].")
+@click.option(
+    "--priority",
+    type=click.Choice(["interactive", "bulk"]),
+    default="interactive",
+    show_default=True,
+    help="Priority class of the series.",
+)
+@click.option(
+    "--from",
+    "from_ms",
+    type=INSTANT,
+    default="now-1h",
+    show_default=True,
+    help="Start: ISO 8601, epoch ms, or now-<duration> (now-30d).",
+)
+@click.option(
+    "--to",
+    "to_ms",
+    type=INSTANT,
+    default="now",
+    show_default=True,
+    help="End (exclusive), same forms.",
+)
+@click.option(
+    "--history",
+    type=click.Path(path_type=Path),
+    help="Parquet history folder [default: sla.history_dir].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
-def report(settings: Settings, pair: str, priority: str, from_ms: int, to_ms: int,
-           history: Path | None, as_json: bool) -> None:
+def report(
+    settings: Settings,
+    pair: str,
+    priority: str,
+    from_ms: int,
+    to_ms: int,
+    history: Path | None,
+    as_json: bool,
+) -> None:
     """P50/P95/P99, ratios and objective compliance over a period, from merged sketches."""
     if to_ms <= from_ms:
         raise click.BadParameter("--to must be after --from", param_hint="--to")

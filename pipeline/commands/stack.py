@@ -23,11 +23,16 @@ def _service_line(s: manager.ServiceStatus) -> str:
     return f"{s.name:<9} {s.address:<22} {state:<8} {s.version or '-':<8} {owner}  {s.detail}"
 
 
-def _print_status(statuses: list[manager.ServiceStatus], as_json: bool,
-                  others: list[ComponentStatus] | None = None) -> None:
+def _print_status(
+    statuses: list[manager.ServiceStatus],
+    as_json: bool,
+    others: list[ComponentStatus] | None = None,
+) -> None:
     if as_json:
-        doc: dict[str, object] = {"healthy": all(s.healthy for s in statuses),
-                                  "services": [s.to_dict() for s in statuses]}
+        doc: dict[str, object] = {
+            "healthy": all(s.healthy for s in statuses),
+            "services": [s.to_dict() for s in statuses],
+        }
         if others is not None:
             doc["components"] = [c.to_dict() for c in others]
         click.echo(json.dumps(doc, indent=2))
@@ -35,18 +40,25 @@ def _print_status(statuses: list[manager.ServiceStatus], as_json: bool,
     for s in statuses:
         click.echo(_service_line(s))
     for c in others or []:
-        click.echo(f"{c.name:<9} {c.address:<22} {'running' if c.running else '-':<8} "
-                   f"{'':<8} {c.detail}")
+        click.echo(
+            f"{c.name:<9} {c.address:<22} {'running' if c.running else '-':<8} {'':<8} {c.detail}"
+        )
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the final status as JSON.")
-@click.option("--brokers", type=click.IntRange(1, 9),
-              help="Kafka nodes (default: stack.brokers, 1). 3 = a cluster with replication "
-                   "3 and min ISR 2 unless kafka.* says otherwise.")
-@click.option("--secure/--plaintext", default=None,
-              help="SASL_SSL (SCRAM-SHA-512) + mutual-TLS listeners and a TLS Redis with an "
-                   "ACL user, certificates generated under var/secure (default: stack.secure).")
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 9),
+    help="Kafka nodes (default: stack.brokers, 1). 3 = a cluster with replication "
+    "3 and min ISR 2 unless kafka.* says otherwise.",
+)
+@click.option(
+    "--secure/--plaintext",
+    default=None,
+    help="SASL_SSL (SCRAM-SHA-512) + mutual-TLS listeners and a TLS Redis with an "
+    "ACL user, certificates generated under var/secure (default: stack.secure).",
+)
 @click.pass_obj
 def up(settings: Settings, as_json: bool, brokers: int | None, secure: bool | None) -> None:
     """Start Kafka and Redis (no-op for what already runs) and create the topics."""

@@ -18,6 +18,7 @@ from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
+
 def _fingerprint(entry: PairEntry) -> str:
     # Cache keys name the exact weights: a rebuilt model never reuses old entries.
     return files_fingerprint(
@@ -62,20 +63,29 @@ def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
 
 @click.command()
 @click.option(
-    "--pairs", default=None,
+    "--pairs",
+    default=None,
     help="Comma-separated pair ids to translate (default: every pair in the registry).",
 )
 @click.option(
-    "--router/--no-router", default=True, show_default=True,
+    "--router/--no-router",
+    default=True,
+    show_default=True,
     callback=refuse_router_contradiction,
     help="Also route translate.requests. Run the router in exactly one worker group.",
 )
 @click.option(
-    "--router-only", is_flag=True, callback=refuse_router_contradiction,
+    "--router-only",
+    is_flag=True,
+    callback=refuse_router_contradiction,
     help="Only route translate.requests (consumer group babelstream-router); load no model.",
 )
-@click.option("--loglevel", default="info", show_default=True,
-              help="Faust's log level (critical, error, warning, info, debug).")
+@click.option(
+    "--loglevel",
+    default="info",
+    show_default=True,
+    help="Faust's log level (critical, error, warning, info, debug).",
+)
 @click.pass_obj
 def worker(
     settings: Settings, pairs: str | None, router: bool, router_only: bool, loglevel: str
@@ -103,7 +113,9 @@ def worker(
         translator = CTranslate2Translator.from_settings(settings.engine, pair_ids)
         served = [
             ServedPair(
-                entry.pair, f"{entry.model_id}@{_fingerprint(entry)}", translator,
+                entry.pair,
+                f"{entry.model_id}@{_fingerprint(entry)}",
+                translator,
                 compute_type=translator.compute_types.get(entry.pair.id, "unknown"),
             )
             for entry in registry.entries(pair_ids)
@@ -130,23 +142,36 @@ def worker(
         settings=settings, cache=cache, fidelity=FidelityService.from_settings(settings)
     )
     app, shell = create_app(
-        ctx, served, deployment, app_id=app_id, with_router=router or router_only,
-        instance_id=instance_id, web_port=web_port,
+        ctx,
+        served,
+        deployment,
+        app_id=app_id,
+        with_router=router or router_only,
+        instance_id=instance_id,
+        web_port=web_port,
     )
     # the brokers not answering (exit 69) or a wrong topic: one line, from the CLI root
-    prepare(settings.kafka, worker_topics(settings, [s.pair for s in served], app,
-                                          router or router_only), w.broker_wait_s)
+    prepare(
+        settings.kafka,
+        worker_topics(settings, [s.pair for s in served], app, router or router_only),
+        w.broker_wait_s,
+    )
     if obs.metrics_port:
         start_metrics_server(obs.metrics_host, obs.metrics_port)
     log.warning(
         "worker %s (group %s, instance %s) starting: %s; web http://%s:%d/babelstream/ready; "
-        "metrics %s", ctx.worker_name, app_id, instance_id or "dynamic",
-        ", ".join(f"{s.pair.id}={s.model_id} ({s.compute_type})" for s in served)
-        or "router only", w.web_host, web_port,
+        "metrics %s",
+        ctx.worker_name,
+        app_id,
+        instance_id or "dynamic",
+        ", ".join(f"{s.pair.id}={s.model_id} ({s.compute_type})" for s in served) or "router only",
+        w.web_host,
+        web_port,
         f"http://{obs.metrics_host}:{obs.metrics_port}/metrics" if obs.metrics_port else "off",
     )
-    runner = DrainingWorker(app, drain=shell.drain, stop_timeout_s=w.stop_timeout_s,
-                            loglevel=loglevel)
+    runner = DrainingWorker(
+        app, drain=shell.drain, stop_timeout_s=w.stop_timeout_s, loglevel=loglevel
+    )
     shell.request_stop = runner.stop_gracefully
     try:
         runner.execute_from_commandline()

@@ -71,8 +71,12 @@ class WindowStore:
 
     def _late_entry(self, key: tuple[str, str, int]) -> dict[str, Any]:
         pair, priority, start = key
-        return {"pair": pair, "priority": priority, "window_start": start,
-                "late": len(self._late[key])}
+        return {
+            "pair": pair,
+            "priority": priority,
+            "window_start": start,
+            "late": len(self._late[key]),
+        }
 
     def _publish(self, event: str, data: dict[str, Any]) -> None:
         for queue in self._subscribers:
@@ -109,8 +113,14 @@ class SlaFeed:
     Records that are not ``model`` messages are logged and skipped.
     """
 
-    def __init__(self, kafka: KafkaSettings, topic: str, history_s: float,
-                 model: type[BaseModel], accept: Callable[[Any], None]) -> None:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        topic: str,
+        history_s: float,
+        model: type[BaseModel],
+        accept: Callable[[Any], None],
+    ) -> None:
         self.topic = topic
         self._kafka = kafka
         self._history_s = history_s
@@ -123,8 +133,10 @@ class SlaFeed:
     async def run(self) -> None:
         """Consume until cancelled."""
         consumer = AIOKafkaConsumer(
-            **aiokafka_options(self._kafka, "dashboard"), group_id=None,
-            enable_auto_commit=False, auto_offset_reset="earliest",
+            **aiokafka_options(self._kafka, "dashboard"),
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
         )
         await consumer.start()
         try:
@@ -151,13 +163,16 @@ class SlaFeed:
                     warned = True
                 await asyncio.sleep(2.0)
             (described,) = await admin.describe_topics([self.topic])
-            return [TopicPartition(self.topic, p["partition"])
-                    for p in sorted(described["partitions"], key=lambda p: p["partition"])]
+            return [
+                TopicPartition(self.topic, p["partition"])
+                for p in sorted(described["partitions"], key=lambda p: p["partition"])
+            ]
         finally:
             await admin.close()
 
-    async def _seek_to_history(self, consumer: AIOKafkaConsumer,
-                               partitions: list[TopicPartition]) -> None:
+    async def _seek_to_history(
+        self, consumer: AIOKafkaConsumer, partitions: list[TopicPartition]
+    ) -> None:
         since_ms = int((time.time() - self._history_s) * 1000)
         offsets = await consumer.offsets_for_times({tp: since_ms for tp in partitions})
         ends = await consumer.end_offsets(partitions)
@@ -171,8 +186,12 @@ class SlaFeed:
             message = self._model.model_validate_json(value or b"")
         except ValidationError as exc:
             self.skipped += 1
-            log.warning("skipping a record on %s that is not a %s: %s", self.topic,
-                        self._model.__name__, exc)
+            log.warning(
+                "skipping a record on %s that is not a %s: %s",
+                self.topic,
+                self._model.__name__,
+                exc,
+            )
             return
         self._accept_message(message)
 
@@ -195,26 +214,34 @@ def _json_for_script(data: Any) -> str:
 def render_index(store: WindowStore, template: str) -> str:
     """The page with the store's windows in it: tables per series and the snapshot as JSON."""
     snapshot = store.snapshot()
-    late = {(e["pair"], e["priority"], e["window_start"]): e["late"]
-            for e in store.late_snapshot()}
-    sections = "".join(render_series(pair, priority, [w for w in snapshot if
-                                                      (w["pair"], w["priority"]) ==
-                                                      (pair, priority)], late)
-                       for pair, priority in dict.fromkeys((w["pair"], w["priority"])
-                                                           for w in snapshot))
-    initial = (f'<script id="initial-state" type="application/json">'
-               f'{_json_for_script({"windows": snapshot, "late": store.late_snapshot()})}'
-               "</script>")
+    late = {(e["pair"], e["priority"], e["window_start"]): e["late"] for e in store.late_snapshot()}
+    sections = "".join(
+        render_series(
+            pair,
+            priority,
+            [w for w in snapshot if (w["pair"], w["priority"]) == (pair, priority)],
+            late,
+        )
+        for pair, priority in dict.fromkeys((w["pair"], w["priority"]) for w in snapshot)
+    )
+    initial = (
+        f'<script id="initial-state" type="application/json">'
+        f"{_json_for_script({'windows': snapshot, 'late': store.late_snapshot()})}"
+        "</script>"
+    )
     page = template.replace("<!--initial-state-->", initial)
     if sections:
         page = page.replace(EMPTY_MARKER, sections)
-    return page.replace('data-window-count="0" data-pair-count="0"',
-                        f'data-window-count="{len(snapshot)}" '
-                        f'data-pair-count="{len({w["pair"] for w in snapshot})}"')
+    return page.replace(
+        'data-window-count="0" data-pair-count="0"',
+        f'data-window-count="{len(snapshot)}" '
+        f'data-pair-count="{len({w["pair"] for w in snapshot})}"',
+    )
 
 
-EMPTY_MARKER = ('<p id="empty">No SLA windows yet. Start the SLA job '
-                "(<code>babelstream sla</code>).</p>")
+EMPTY_MARKER = (
+    '<p id="empty">No SLA windows yet. Start the SLA job (<code>babelstream sla</code>).</p>'
+)
 TABLE_ROWS = 20
 
 
@@ -222,41 +249,71 @@ def _pct(value: float) -> str:
     return f"{value * 100:.1f}%"
 
 
-def render_series(pair: str, priority: str, windows: list[dict[str, Any]],
-                  late: dict[tuple[str, str, int], int]) -> str:
+def render_series(
+    pair: str, priority: str, windows: list[dict[str, Any]], late: dict[tuple[str, str, int], int]
+) -> str:
     """One series' section as the page script builds it (tables filled; charts come later)."""
     rows = []
     for w in reversed(windows[-TABLE_ROWS:]):
         missed = ",".join(sorted(name for name, ok in w["met"].items() if not ok)) or "-"
-        cells = [time.strftime("%H:%M:%S", time.gmtime(w["window_end"] / 1000)), w["count"],
-                 f'{w["p50_ms"]:.0f}', f'{w["p95_ms"]:.0f}', f'{w["p99_ms"]:.0f}',
-                 _pct(w["timeout_ratio"]), _pct(w["error_ratio"]), _pct(w["cache_hit_ratio"]),
-                 w["duplicates"], late.get((pair, priority, w["window_start"]), 0), missed,
-                 "final"]
-        rows.append(f'<tr data-window-start="{w["window_start"]}" data-count="{w["count"]}" '
-                    f'data-p95="{w["p95_ms"]}" data-p99="{w["p99_ms"]}">'
-                    + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+        cells = [
+            time.strftime("%H:%M:%S", time.gmtime(w["window_end"] / 1000)),
+            w["count"],
+            f"{w['p50_ms']:.0f}",
+            f"{w['p95_ms']:.0f}",
+            f"{w['p99_ms']:.0f}",
+            _pct(w["timeout_ratio"]),
+            _pct(w["error_ratio"]),
+            _pct(w["cache_hit_ratio"]),
+            w["duplicates"],
+            late.get((pair, priority, w["window_start"]), 0),
+            missed,
+            "final",
+        ]
+        rows.append(
+            f'<tr data-window-start="{w["window_start"]}" data-count="{w["count"]}" '
+            f'data-p95="{w["p95_ms"]}" data-p99="{w["p99_ms"]}">'
+            + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+            + "</tr>"
+        )
     section_id = f"pair-{pair}" if priority == "interactive" else f"bulk-{pair}"
     title = pair.replace("_", " → ") + ("" if priority == "interactive" else " (bulk)")
-    return (f'<section class="pair" id="{html.escape(section_id)}" '
-            f'data-pair="{html.escape(pair)}" data-priority="{priority}" '
-            f'data-windows="{len(windows)}" data-server-rendered="true"'
-            f'{"" if priority == "interactive" else " hidden"}>'
-            f'<h2 class="pair-title">{html.escape(title)}</h2>'
-            f'<table class="windows"><thead><tr>{TABLE_HEAD}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table></section>')
+    return (
+        f'<section class="pair" id="{html.escape(section_id)}" '
+        f'data-pair="{html.escape(pair)}" data-priority="{priority}" '
+        f'data-windows="{len(windows)}" data-server-rendered="true"'
+        f"{'' if priority == 'interactive' else ' hidden'}>"
+        f'<h2 class="pair-title">{html.escape(title)}</h2>'
+        f'<table class="windows"><thead><tr>{TABLE_HEAD}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
 
 
-TABLE_HEAD = "".join(f"<th>{name}</th>" for name in (
-    "window end", "count", "p50 ms", "p95 ms", "p99 ms", "timeout ratio", "error ratio",
-    "cache-hit ratio", "duplicates", "late", "missed objectives", "final"))
+TABLE_HEAD = "".join(
+    f"<th>{name}</th>"
+    for name in (
+        "window end",
+        "count",
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "timeout ratio",
+        "error ratio",
+        "cache-hit ratio",
+        "duplicates",
+        "late",
+        "missed objectives",
+        "final",
+    )
+)
 
 
 async def index(request: web.Request) -> web.Response:
     """The dashboard page, with the windows the server already has."""
     template = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
-    return web.Response(text=render_index(request.app[STORE_KEY], template),
-                        content_type="text/html")
+    return web.Response(
+        text=render_index(request.app[STORE_KEY], template), content_type="text/html"
+    )
 
 
 async def windows(request: web.Request) -> web.Response:
@@ -267,11 +324,16 @@ async def windows(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     """Feed status: topic, whether it is following, records read and skipped."""
     feed, late = request.app[FEED_KEY], request.app[LATE_FEED_KEY]
-    return web.json_response({
-        "topic": feed.topic, "following": feed.ready.is_set(),
-        "records": feed.records, "skipped": feed.skipped,
-        "late_topic": late.topic, "late_records": late.records,
-    })
+    return web.json_response(
+        {
+            "topic": feed.topic,
+            "following": feed.ready.is_set(),
+            "records": feed.records,
+            "skipped": feed.skipped,
+            "late_topic": late.topic,
+            "late_records": late.records,
+        }
+    )
 
 
 async def report(request: web.Request) -> web.Response:
@@ -291,25 +353,33 @@ async def report(request: web.Request) -> web.Response:
             from_ms, to_ms = int(query["from"]), int(query["to"])
         pair, priority = query["pair"], query.get("priority", "interactive")
     except (KeyError, ValueError) as exc:
-        raise web.HTTPBadRequest(text=f"expected pair and period ({', '.join(PERIODS_S)}) "
-                                      f"or from/to in epoch ms: {exc}") from exc
-    result = await asyncio.to_thread(period_report, request.app[SLA_KEY], pair, priority,
-                                     from_ms, to_ms)
+        raise web.HTTPBadRequest(
+            text=f"expected pair and period ({', '.join(PERIODS_S)}) or from/to in epoch ms: {exc}"
+        ) from exc
+    result = await asyncio.to_thread(
+        period_report, request.app[SLA_KEY], pair, priority, from_ms, to_ms
+    )
     return web.json_response(result.to_dict())
 
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Server-sent events: ``snapshot`` and ``late-snapshot``, then ``window`` / ``late``."""
     store = request.app[STORE_KEY]
-    response = web.StreamResponse(headers={
-        "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-        "X-Accel-Buffering": "no",
-    })
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
     await response.prepare(request)
     with store.subscribe() as queue:
         try:
-            await response.write(b"retry: 2000\n\n" + _sse("snapshot", store.snapshot())
-                                 + _sse("late-snapshot", store.late_snapshot()))
+            await response.write(
+                b"retry: 2000\n\n"
+                + _sse("snapshot", store.snapshot())
+                + _sse("late-snapshot", store.late_snapshot())
+            )
             while True:
                 try:
                     event, data = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
@@ -328,8 +398,9 @@ def create_app(settings: Settings, topic: str | None = None) -> web.Application:
     d, sla = settings.dashboard, settings.sla
     app = web.Application()
     store = WindowStore(d.max_windows)
-    feed = SlaFeed(settings.kafka, topic or d.topic or sla.sink_topic, d.history_s, SlaWindow,
-                   store.add)
+    feed = SlaFeed(
+        settings.kafka, topic or d.topic or sla.sink_topic, d.history_s, SlaWindow, store.add
+    )
     late_feed = SlaFeed(settings.kafka, sla.late_topic, d.history_s, LateResult, store.add_late)
     app[STORE_KEY] = store
     app[FEED_KEY] = feed
@@ -355,11 +426,21 @@ def create_app(settings: Settings, topic: str | None = None) -> web.Application:
     return app
 
 
-def run(settings: Settings, *, host: str | None = None, port: int | None = None,
-        topic: str | None = None) -> None:
+def run(
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    topic: str | None = None,
+) -> None:
     """Serve the dashboard until interrupted (``babelstream dashboard``)."""
     d = settings.dashboard
     app = create_app(settings, topic)
-    web.run_app(app, host=host or d.host, port=port if port is not None else d.port,
-                print=lambda line: print(line, file=sys.stderr, flush=True),
-                handle_signals=True, shutdown_timeout=2.0)
+    web.run_app(
+        app,
+        host=host or d.host,
+        port=port if port is not None else d.port,
+        print=lambda line: print(line, file=sys.stderr, flush=True),
+        handle_signals=True,
+        shutdown_timeout=2.0,
+    )

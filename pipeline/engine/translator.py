@@ -598,8 +598,12 @@ def _aligned(
         for i, row in enumerate(block):
             matrix[first_tgt + i][first_src : first_src + len(row)] = row
     return AlignedTranslation(
-        "".join(parts) if text.tokens else "", text.tokens, n_out,
-        tuple(src_spans), tuple(tgt_spans), tuple(tuple(r) for r in matrix),
+        "".join(parts) if text.tokens else "",
+        text.tokens,
+        n_out,
+        tuple(src_spans),
+        tuple(tgt_spans),
+        tuple(tuple(r) for r in matrix),
     )
 
 

@@ -29,6 +29,7 @@ _COMPLETE = ".complete"
 # artifactId may itself hold digits ("log4j-1.2-api", "spark-sql-kafka-0-10_2.13")
 _JAR_NAME = re.compile(r"^(?P<artifact>.+)-\d+(?:\.\w+)+(?:-[\w.-]*)?\.jar$")
 
+
 def artifact_id(jar_name: str) -> str:
     """The Maven artifactId a jar file name was made from (``kafka-clients-3.9.1.jar``)."""
     match = _JAR_NAME.match(jar_name)
@@ -44,8 +45,14 @@ def _exclusive(dest: Path) -> Iterator[None]:
         yield
 
 
-def fetch(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir: Path,
-          report: Reporter = quiet) -> list[Path]:
+def fetch(
+    name: str,
+    pom: Path,
+    dest: Path,
+    properties: dict[str, str],
+    log_dir: Path,
+    report: Reporter = quiet,
+) -> list[Path]:
     """Run ``mvn dependency:copy-dependencies`` for ``pom`` into ``dest`` (once)."""
     if (dest / _COMPLETE).exists():
         return sorted(dest.glob("*.jar"))
@@ -55,8 +62,9 @@ def fetch(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir:
         return _maven(name, pom, dest, properties, log_dir, report)
 
 
-def _maven(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir: Path,
-           report: Reporter) -> list[Path]:
+def _maven(
+    name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir: Path, report: Reporter
+) -> list[Path]:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError("Maven (`mvn`) is needed to fetch JVM jars: apt-get install -y maven")
@@ -64,9 +72,15 @@ def _maven(name: str, pom: Path, dest: Path, properties: dict[str, str], log_dir
     log.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
         shutil.rmtree(dest)
-    cmd = [mvn, "-B", "-f", str(pom), f"-DoutputDirectory={dest}",
-           *(f"-D{key}={value}" for key, value in properties.items()),
-           "dependency:copy-dependencies"]
+    cmd = [
+        mvn,
+        "-B",
+        "-f",
+        str(pom),
+        f"-DoutputDirectory={dest}",
+        *(f"-D{key}={value}" for key, value in properties.items()),
+        "dependency:copy-dependencies",
+    ]
     report(f"{name}: fetching jars with Maven into {dest} (log: {log}) ...")
     started = time.monotonic()
     with log.open("wb") as out:
@@ -88,9 +102,12 @@ def kafka_jars(settings: Settings, report: Reporter = quiet) -> list[Path]:
     """The Kafka broker's classpath (``kafka_2.13`` and a logging backend)."""
     version = settings.stack.kafka_version
     return fetch(
-        f"kafka-{version}", POM_DIR / "kafka" / "pom.xml",
+        f"kafka-{version}",
+        POM_DIR / "kafka" / "pom.xml",
         jars_dir(settings) / f"kafka-{version}",
-        {"kafka.version": version}, settings.stack.home / "log", report,
+        {"kafka.version": version},
+        settings.stack.home / "log",
+        report,
     )
 
 
@@ -111,8 +128,10 @@ def spark_kafka_jars(settings: Settings, report: Reporter = quiet) -> list[Path]
     version, bundled = _pyspark()
     shipped = sorted({artifact_id(jar.name) for jar in bundled.glob("*.jar")})
     return fetch(
-        f"spark-kafka-{version}", POM_DIR / "spark" / "pom.xml",
+        f"spark-kafka-{version}",
+        POM_DIR / "spark" / "pom.xml",
         jars_dir(settings) / f"spark-kafka-{version}",
         {"spark.version": version, "excludeArtifactIds": ",".join(shipped)},
-        settings.stack.home / "log", report,
+        settings.stack.home / "log",
+        report,
     )

@@ -36,8 +36,9 @@ log4j.logger.org.apache.kafka.storage.internals.log=WARN
 """
 
 
-def render_server_properties(settings: Settings, node: NodePorts, log_dir: Path,
-                             secure: ServiceSecrets | None = None) -> str:
+def render_server_properties(
+    settings: Settings, node: NodePorts, log_dir: Path, secure: ServiceSecrets | None = None
+) -> str:
     """``server.properties`` for one combined broker+controller node, tuned for tests.
 
     Replication of the internal topics (consumer offsets, transaction state)
@@ -72,23 +73,26 @@ def render_server_properties(settings: Settings, node: NodePorts, log_dir: Path,
         "log.retention.hours": "24",
     }
     if secure is not None:
-        props.update({
-            "listeners": f"SASL_SSL://{HOST}:{node.client},SSL://{HOST}:{node.ssl},"
-                         f"CONTROLLER://{HOST}:{node.controller}",
-            "advertised.listeners": f"SASL_SSL://{HOST}:{node.client},SSL://{HOST}:{node.ssl}",
-            "inter.broker.listener.name": "SSL",
-            "listener.security.protocol.map": "CONTROLLER:SSL,SASL_SSL:SASL_SSL,SSL:SSL",
-            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
-            f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(secure.tls.server_keystore),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(secure.tls.ca),
-            # nodes and mutual-TLS clients must show a certificate of our CA
-            "listener.name.ssl.ssl.client.auth": "required",
-            "listener.name.controller.ssl.client.auth": "required",
-        })
+        props.update(
+            {
+                "listeners": f"SASL_SSL://{HOST}:{node.client},SSL://{HOST}:{node.ssl},"
+                f"CONTROLLER://{HOST}:{node.controller}",
+                "advertised.listeners": f"SASL_SSL://{HOST}:{node.client},SSL://{HOST}:{node.ssl}",
+                "inter.broker.listener.name": "SSL",
+                "listener.security.protocol.map": "CONTROLLER:SSL,SASL_SSL:SASL_SSL,SSL:SSL",
+                "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+                f"listener.name.sasl_ssl.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                ),
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(secure.tls.server_keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(secure.tls.ca),
+                # nodes and mutual-TLS clients must show a certificate of our CA
+                "listener.name.ssl.ssl.client.auth": "required",
+                "listener.name.controller.ssl.client.auth": "required",
+            }
+        )
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
@@ -153,13 +157,22 @@ class KafkaService(Service):
     def _java(self) -> list[str]:
         java = shutil.which("java")
         if java is None:
-            raise StackError("Java 17+ is needed for Kafka: "
-                             "apt-get install -y openjdk-17-jre-headless")
+            raise StackError(
+                "Java 17+ is needed for Kafka: apt-get install -y openjdk-17-jre-headless"
+            )
         heap = self.settings.stack.kafka_heap
-        return [java, f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-                f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
-                "-cp", ":".join(str(jar) for jar in kafka_jars(self.settings))]
+        return [
+            java,
+            f"-Xms{heap}",
+            f"-Xmx{heap}",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j.configuration=file:{self.workdir / 'log4j.properties'}",
+            "-cp",
+            ":".join(str(jar) for jar in kafka_jars(self.settings)),
+        ]
 
     def _secure(self) -> ServiceSecrets | None:
         return service_secrets(self.home, "kafka") if self.settings.stack.secure else None
@@ -169,19 +182,31 @@ class KafkaService(Service):
         self.workdir.mkdir(parents=True, exist_ok=True)
         secure = self._secure()
         self.config_path.write_text(
-            render_server_properties(self.settings, self.node, self.data_dir, secure))
+            render_server_properties(self.settings, self.node, self.data_dir, secure)
+        )
         (self.workdir / "log4j.properties").write_text(LOG4J_PROPERTIES)
         if (self.data_dir / "meta.properties").exists():
             return
         report(f"{self.name}: formatting KRaft storage ...")
         stack = self.settings.stack
         seed = f"{stack.home}:{stack.brokers}:{'secure' if secure else 'plaintext'}"
-        cmd = [*self._java(), "kafka.tools.StorageTool", "format", "--ignore-formatted",
-               "-t", cluster_id(seed), "-c", str(self.config_path)]
+        cmd = [
+            *self._java(),
+            "kafka.tools.StorageTool",
+            "format",
+            "--ignore-formatted",
+            "-t",
+            cluster_id(seed),
+            "-c",
+            str(self.config_path),
+        ]
         if secure is not None:
             # SCRAM users are bootstrapped into the metadata log (KIP-900)
-            cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={secure.username},"
-                                   f"password={secure.password.get_secret_value()}]"]
+            cmd += [
+                "--add-scram",
+                f"{SCRAM_MECHANISM}=[name={secure.username},"
+                f"password={secure.password.get_secret_value()}]",
+            ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
@@ -195,10 +220,13 @@ class KafkaService(Service):
 
         try:
             with _quiet_kafka_logs():
-                admin = KafkaAdminClient(**{
-                    **kafka_python_options(self._clients, "stack"),
-                    "request_timeout_ms": 5000, "bootstrap_timeout_ms": 3000,
-                })
+                admin = KafkaAdminClient(
+                    **{
+                        **kafka_python_options(self._clients, "stack"),
+                        "request_timeout_ms": 5000,
+                        "bootstrap_timeout_ms": 3000,
+                    }
+                )
         except (KafkaError, OSError) as exc:
             return Probe(False, detail=f"no metadata from {self.address}: {exc!r}")
         try:
@@ -212,7 +240,11 @@ class KafkaService(Service):
             admin.close()
         match = _JAR_VERSION.search(cmdline(pid)) if pid else None
         version = match.group(1) if match else ".".join(map(str, api))
-        return Probe(True, version, f"cluster {cluster.get('cluster_id')}, node "
-                                    f"{self.node.node_id}, {brokers} broker(s), "
-                                    f"{self._clients.security_protocol}, "
-                                    f"api {'.'.join(map(str, api))}")
+        return Probe(
+            True,
+            version,
+            f"cluster {cluster.get('cluster_id')}, node "
+            f"{self.node.node_id}, {brokers} broker(s), "
+            f"{self._clients.security_protocol}, "
+            f"api {'.'.join(map(str, api))}",
+        )

@@ -285,8 +285,9 @@ def _write_private(path: Path, text: str) -> None:
 def client_environment(settings: Settings) -> dict[str, str]:
     """The ``BABELSTREAM_*`` variables of :func:`client_sections` (for a child process)."""
     return {
-        f"BABELSTREAM_{section.upper()}__{key.upper()}":
-            json.dumps(value) if isinstance(value, bool) else str(value)
+        f"BABELSTREAM_{section.upper()}__{key.upper()}": json.dumps(value)
+        if isinstance(value, bool)
+        else str(value)
         for section, values in client_sections(settings).items()
         for key, value in values.items()
     }
@@ -301,7 +302,9 @@ def write_client_settings(settings: Settings) -> tuple[Path, Path]:
         + tomli_w.dumps(client_sections(settings)),
     )
     lines = ["# written by `babelstream up`: source it to reach this stack"]
-    lines += [f"export {name}={shlex.quote(value)}"
-              for name, value in client_environment(settings).items()]
+    lines += [
+        f"export {name}={shlex.quote(value)}"
+        for name, value in client_environment(settings).items()
+    ]
     _write_private(env_path, "\n".join(lines) + "\n")
     return toml_path, env_path

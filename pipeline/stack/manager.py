@@ -67,8 +67,9 @@ def endpoints(settings: Settings) -> Endpoints:
 def services(settings: Settings) -> list[Service]:
     """The services of the stack ``settings`` lay out, in start order: Kafka nodes, Redis."""
     clients = layout.client_settings(settings)
-    nodes: list[Service] = [KafkaService(settings, node, clients.kafka)
-                            for node in layout.node_ports(settings.stack)]
+    nodes: list[Service] = [
+        KafkaService(settings, node, clients.kafka) for node in layout.node_ports(settings.stack)
+    ]
     return [*nodes, RedisService(settings, clients.redis)]
 
 
@@ -94,22 +95,28 @@ def _log_tail(service: Service, lines: int = 20) -> str:
         return ""
 
 
-def _wait_healthy(service: Service, record: ProcessRecord, deadline: float,
-                  report: Reporter) -> Probe:
+def _wait_healthy(
+    service: Service, record: ProcessRecord, deadline: float, report: Reporter
+) -> Probe:
     started = time.monotonic()
     report(f"{service.name}: waiting for {service.address} ...")
     while True:
         if not is_alive(record):
-            raise StackError(f"{service.name} exited during start-up; last lines of "
-                             f"{service.log_path}:\n{_log_tail(service)}")
+            raise StackError(
+                f"{service.name} exited during start-up; last lines of "
+                f"{service.log_path}:\n{_log_tail(service)}"
+            )
         probe = service.probe(record.pid)
         if probe.healthy:
-            report(f"{service.name}: healthy (version {probe.version}, pid {record.pid}) "
-                   f"after {time.monotonic() - started:.1f}s")
+            report(
+                f"{service.name}: healthy (version {probe.version}, pid {record.pid}) "
+                f"after {time.monotonic() - started:.1f}s"
+            )
             return probe
         if time.monotonic() > deadline:
-            raise StackError(f"{service.name} not healthy in time ({probe.detail}); "
-                             f"see {service.log_path}")
+            raise StackError(
+                f"{service.name} not healthy in time ({probe.detail}); see {service.log_path}"
+            )
         time.sleep(_POLL_S)
 
 
@@ -121,9 +128,11 @@ def _launch(service: Service, report: Reporter) -> tuple[ProcessRecord, bool]:
         return record, False
     service.pidfile.remove()
     if service.port_in_use():
-        raise StackError(f"{service.name}: port {service.address} is taken by a process "
-                         "`babelstream up` did not start; stop it or change the port "
-                         "(BABELSTREAM_STACK__*_PORT)")
+        raise StackError(
+            f"{service.name}: port {service.address} is taken by a process "
+            "`babelstream up` did not start; stop it or change the port "
+            "(BABELSTREAM_STACK__*_PORT)"
+        )
     service.prepare(report)
     report(f"{service.name}: starting (log: {service.log_path})")
     record = spawn(service.command(), service.log_path, service.workdir, service.marker)
@@ -137,9 +146,11 @@ def _check_same_layout(settings: Settings) -> None:
     if running is None or layout.describe(running) == layout.describe(settings):
         return
     if any(_running(service) for service in services(running)):
-        raise StackError(f"the stack under {settings.stack.home} runs with "
-                         f"{layout.describe(running)}; `babelstream down` before starting "
-                         f"it with {layout.describe(settings)}")
+        raise StackError(
+            f"the stack under {settings.stack.home} runs with "
+            f"{layout.describe(running)}; `babelstream down` before starting "
+            f"it with {layout.describe(settings)}"
+        )
 
 
 def start_services(settings: Settings, report: Reporter = quiet) -> None:
@@ -157,8 +168,11 @@ def start_services(settings: Settings, report: Reporter = quiet) -> None:
     # prepared and spawned concurrently: formatting a node's storage is a JVM start too
     with ThreadPoolExecutor(max_workers=len(stack)) as pool:
         futures = [pool.submit(_launch, service, report) for service in stack]
-    launched = [(service, future.result()) for service, future in zip(stack, futures, strict=True)
-                if future.exception() is None]
+    launched = [
+        (service, future.result())
+        for service, future in zip(stack, futures, strict=True)
+        if future.exception() is None
+    ]
     try:
         for future in futures:
             future.result()  # the first start-up failure, if any
@@ -179,8 +193,12 @@ def start(settings: Settings, chosen: list[Service], report: Reporter = quiet) -
     for service in chosen:
         record, started = _launch(service, report)
         try:
-            _wait_healthy(service, record, time.monotonic() + settings.stack.start_timeout_s,
-                          report if started else quiet)
+            _wait_healthy(
+                service,
+                record,
+                time.monotonic() + settings.stack.start_timeout_s,
+                report if started else quiet,
+            )
         except StackError:
             if started:
                 terminate(record, grace_s=5)
@@ -194,10 +212,12 @@ def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     clients = layout.client_settings(settings)
     specs = topic_specs(clients)
     ensured = ensure_topics(clients.kafka, specs)
-    report(f"topics: {len(ensured.created)} created, "
-           f"{len(specs) - len(ensured.created)} already present "
-           f"(replication {clients.kafka.replication_factor}, "
-           f"min ISR {clients.kafka.min_insync_replicas})")
+    report(
+        f"topics: {len(ensured.created)} created, "
+        f"{len(specs) - len(ensured.created)} already present "
+        f"(replication {clients.kafka.replication_factor}, "
+        f"min ISR {clients.kafka.min_insync_replicas})"
+    )
     for name, (actual, wanted) in ensured.mismatched.items():
         report(f"topics: warning: {name} has {actual} partitions, configured {wanted}")
     toml_path, env_path = layout.write_client_settings(settings)
@@ -223,8 +243,9 @@ def _stop(pidfiles: dict[str, PidFile], grace_s: float, report: Reporter) -> Non
         pidfile.remove()
 
 
-def down(settings: Settings, report: Reporter = quiet,
-         names: Collection[str] | None = None) -> None:
+def down(
+    settings: Settings, report: Reporter = quiet, names: Collection[str] | None = None
+) -> None:
     """Stop the processes ``up`` started (PID file + command line checked).
 
     Redis first, then every Kafka node with a PID file, whatever layout is
@@ -232,14 +253,15 @@ def down(settings: Settings, report: Reporter = quiet,
     """
     run_dir = settings.stack.home / "run"
     # names only: stopping needs neither the secure stack's secrets nor its certificates
-    known = {name: PidFile(run_dir / f"{name}.pid")
-             for name in layout.service_names(_layout(settings).stack)}
+    known = {
+        name: PidFile(run_dir / f"{name}.pid")
+        for name in layout.service_names(_layout(settings).stack)
+    }
     for path in sorted(run_dir.glob("kafka*.pid")):
         known.setdefault(path.stem, PidFile(path))
     for service in _started_optional(settings):
         known.setdefault(service.name, service.pidfile)
-    selected = {name: pidfile for name, pidfile in known.items()
-                if names is None or name in names}
+    selected = {name: pidfile for name, pidfile in known.items() if names is None or name in names}
     grace_s = settings.stack.stop_timeout_s
     _stop({n: p for n, p in selected.items() if n == "redis"}, grace_s, report)
     _stop({n: p for n, p in selected.items() if n != "redis"}, grace_s, report)
@@ -254,6 +276,9 @@ def status(settings: Settings) -> list[ServiceStatus]:
         record = _running(service)
         pid = record.pid if record else None
         probe = service.probe(pid)
-        result.append(ServiceStatus(service.name, service.address, probe.version, pid,
-                                    probe.healthy, probe.detail))
+        result.append(
+            ServiceStatus(
+                service.name, service.address, probe.version, pid, probe.healthy, probe.detail
+            )
+        )
     return result

@@ -33,8 +33,11 @@ class ProcessRecord:
         """Parse a PID file's content; ``ValueError`` when it is not one of ours."""
         try:
             data = json.loads(text)
-            return cls(pid=int(data["pid"]), start_ticks=int(data["start_ticks"]),
-                       marker=str(data["marker"]))
+            return cls(
+                pid=int(data["pid"]),
+                start_ticks=int(data["start_ticks"]),
+                marker=str(data["marker"]),
+            )
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"not a babelstream PID file: {text[:80]!r}") from exc
 
@@ -117,12 +120,17 @@ def spawn(cmd: list[str], log_path: Path, cwd: Path, marker: str) -> ProcessReco
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            cmd,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     ticks = start_ticks(proc.pid)
-    record = ProcessRecord(pid=proc.pid, start_ticks=ticks if ticks is not None else -1,
-                           marker=marker)
+    record = ProcessRecord(
+        pid=proc.pid, start_ticks=ticks if ticks is not None else -1, marker=marker
+    )
     # Popen may return while the kernel is still setting up the exec'd image
     # (empty /proc/<pid>/cmdline); wait so callers see a consistent process.
     deadline = time.monotonic() + 2.0

@@ -18,8 +18,9 @@ HOST = "127.0.0.1"
 INSTALL_HINT = "install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)"
 
 
-def render_redis_conf(port: int, data_dir: Path, config_path: Path,
-                      secure: ServiceSecrets | None = None) -> str:
+def render_redis_conf(
+    port: int, data_dir: Path, config_path: Path, secure: ServiceSecrets | None = None
+) -> str:
     """Config for a foreground, loopback-only, non-persistent dev Redis.
 
     Secure: TLS only (no plaintext port), the default user switched off and
@@ -68,15 +69,20 @@ def ensure_redis_server(report: Reporter) -> str:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise StackError(f"redis-server is not installed; {INSTALL_HINT}")
     report("redis: redis-server missing, installing Debian's package ...")
-    cached = subprocess.run(["apt-cache", "show", "redis-server"], capture_output=True,
-                            check=False).returncode == 0
+    cached = (
+        subprocess.run(
+            ["apt-cache", "show", "redis-server"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     if not cached:
         _apt("update")
     done = _apt("install", "-y", "--no-install-recommends", "redis-server")
     found = shutil.which("redis-server")
     if done.returncode != 0 or not found:
-        raise StackError(f"apt-get install redis-server failed:\n{done.stdout[-2000:]}"
-                         f"{done.stderr[-2000:]}")
+        raise StackError(
+            f"apt-get install redis-server failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
     return found
 
 
@@ -118,7 +124,8 @@ class RedisService(Service):
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(
-            render_redis_conf(self.port, data, self.config_path, self._secure()))
+            render_redis_conf(self.port, data, self.config_path, self._secure())
+        )
 
     def command(self) -> list[str]:
         return [shutil.which("redis-server") or "redis-server", str(self.config_path)]
@@ -126,8 +133,7 @@ class RedisService(Service):
     def probe(self, pid: int | None) -> Probe:
         import redis
 
-        options = {**redis_options(self._clients), "socket_timeout": 2,
-                   "socket_connect_timeout": 2}
+        options = {**redis_options(self._clients), "socket_timeout": 2, "socket_connect_timeout": 2}
         client = redis.Redis.from_url(self.url, **options)
         try:
             client.ping()
@@ -136,5 +142,4 @@ class RedisService(Service):
             return Probe(False, detail=f"PING {self.address} failed: {exc}")
         finally:
             client.close()
-        return Probe(True, version, "PONG" + (" (TLS, ACL user)" if self._clients.uses_tls
-                                              else ""))
+        return Probe(True, version, "PONG" + (" (TLS, ACL user)" if self._clients.uses_tls else ""))

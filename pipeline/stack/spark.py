@@ -91,8 +91,13 @@ class _SparkDaemon(Service):
             "SPARK_NO_DAEMONIZE": "1",
         }
         # `env` execs spark-class, which execs the JVM: the recorded pid is the daemon's
-        return ["env", *(f"{key}={value}" for key, value in env.items()),
-                str(home / "bin" / "spark-class"), self.main_class, *self._args()]
+        return [
+            "env",
+            *(f"{key}={value}" for key, value in env.items()),
+            str(home / "bin" / "spark-class"),
+            self.main_class,
+            *self._args(),
+        ]
 
 
 class SparkMasterService(_SparkDaemon):
@@ -106,14 +111,23 @@ class SparkMasterService(_SparkDaemon):
         return self.cluster.master_port
 
     def _args(self) -> list[str]:
-        return ["--host", self.host, "--port", str(self.port),
-                "--webui-port", str(self.cluster.master_webui_port)]
+        return [
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.cluster.master_webui_port),
+        ]
 
     def probe(self, pid: int | None) -> Probe:
         state = master_state(self.cluster)
         if state is None or state.get("status") != "ALIVE":
-            return Probe(False, detail=f"master web UI on port {self.cluster.master_webui_port} "
-                                       "does not answer ALIVE")
+            return Probe(
+                False,
+                detail=f"master web UI on port {self.cluster.master_webui_port} "
+                "does not answer ALIVE",
+            )
         alive = sum(w.get("state") == "ALIVE" for w in state.get("workers", []))
         return Probe(True, spark_version(), f"{state.get('url')}, {alive} workers alive")
 
@@ -133,24 +147,42 @@ class SparkWorkerService(_SparkDaemon):
         return self.cluster.worker_port + self.index
 
     def _args(self) -> list[str]:
-        return ["--host", self.host, "--port", str(self.port),
-                "--webui-port", str(self.cluster.worker_webui_port + self.index),
-                "--cores", str(self.cluster.worker_cores), "--memory", self.cluster.worker_memory,
-                "--work-dir", str(self.workdir / "work"), self.cluster.master_url]
+        return [
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.cluster.worker_webui_port + self.index),
+            "--cores",
+            str(self.cluster.worker_cores),
+            "--memory",
+            self.cluster.worker_memory,
+            "--work-dir",
+            str(self.workdir / "work"),
+            self.cluster.master_url,
+        ]
 
     def probe(self, pid: int | None) -> Probe:
         state = master_state(self.cluster) or {}
         for worker in state.get("workers", []):
-            if worker.get("host") == self.host and worker.get("port") == self.port \
-                    and worker.get("state") == "ALIVE":
-                return Probe(True, spark_version(),
-                             f"registered with {self.cluster.master_url}, "
-                             f"{worker.get('cores')} cores, {worker.get('memory')} MB")
+            if (
+                worker.get("host") == self.host
+                and worker.get("port") == self.port
+                and worker.get("state") == "ALIVE"
+            ):
+                return Probe(
+                    True,
+                    spark_version(),
+                    f"registered with {self.cluster.master_url}, "
+                    f"{worker.get('cores')} cores, {worker.get('memory')} MB",
+                )
         return Probe(False, detail=f"not registered with {self.cluster.master_url}")
 
 
 def spark_services(settings: Settings) -> list[Service]:
     """The cluster's daemons, in start order (master first)."""
-    return [SparkMasterService(settings),
-            *(SparkWorkerService(settings, i) for i in range(settings.spark.workers))]
-
+    return [
+        SparkMasterService(settings),
+        *(SparkWorkerService(settings, i) for i in range(settings.spark.workers)),
+    ]

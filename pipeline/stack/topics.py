@@ -60,16 +60,21 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         SLA_TOPIC: TopicSpec(kafka.sla_partitions),
         # A cancel matters only while a request it covers can be pending: at most the
         # longest deadline. Small segments let retention drop old cancels on time.
-        CANCEL_TOPIC: TopicSpec(kafka.cancel_partitions, {
-            "cleanup.policy": "compact,delete",
-            "retention.ms": str(settings.limits.max_timeout_ms),
-            "segment.ms": str(max(60_000, settings.limits.max_timeout_ms // 6)),
-        }),
-        DLQ_REPLAYED_TOPIC: TopicSpec(kafka.replay_marker_partitions,
-                                      {"cleanup.policy": "compact"}),
+        CANCEL_TOPIC: TopicSpec(
+            kafka.cancel_partitions,
+            {
+                "cleanup.policy": "compact,delete",
+                "retention.ms": str(settings.limits.max_timeout_ms),
+                "segment.ms": str(max(60_000, settings.limits.max_timeout_ms // 6)),
+            },
+        ),
+        DLQ_REPLAYED_TOPIC: TopicSpec(
+            kafka.replay_marker_partitions, {"cleanup.policy": "compact"}
+        ),
         SLA_LATE_TOPIC: TopicSpec(kafka.sla_late_partitions),
-        TICKS_TOPIC: TopicSpec(kafka.ticks_partitions,
-                               {"retention.ms": str(kafka.ticks_retention_ms)}),
+        TICKS_TOPIC: TopicSpec(
+            kafka.ticks_partitions, {"retention.ms": str(kafka.ticks_retention_ms)}
+        ),
     }
     for pair_id in settings.stack.pairs:
         specs.update(pair_topic_specs(kafka, Pair.parse(pair_id)))
@@ -113,8 +118,11 @@ def ensure_topics(kafka: KafkaSettings, specs: Mapping[str, TopicSpec]) -> Ensur
                     },
                     wait_for_metadata=True,
                 )
-        drifted = {name: dict(spec.config) for name, spec in specs.items()
-                   if name in existing and spec.config}
+        drifted = {
+            name: dict(spec.config)
+            for name, spec in specs.items()
+            if name in existing and spec.config
+        }
         if drifted:
             _align_configs(admin, drifted)
     finally:
@@ -132,8 +140,10 @@ def _align_configs(admin: KafkaAdminClient, configs: Mapping[str, dict[str, str]
     from kafka.admin import ConfigResource, ConfigResourceType
 
     admin.alter_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, name, configs=dict(values))
-         for name, values in configs.items()],
+        [
+            ConfigResource(ConfigResourceType.TOPIC, name, configs=dict(values))
+            for name, values in configs.items()
+        ],
         raise_on_unknown=False,
     )
 

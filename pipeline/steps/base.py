@@ -76,13 +76,17 @@ class Outgoing:
 
     @classmethod
     def for_result(
-        cls, result: TranslationResult, headers: Headers, kind: str = "result",
+        cls,
+        result: TranslationResult,
+        headers: Headers,
+        kind: str = "result",
         reply_to: str | None = None,
     ) -> Outgoing:
         """A result: keyed by request id, on the shared results topic (every consumer of
         results, the SLA job first, reads them there), copied to ``reply_to`` if given."""
-        return cls(RESULTS_TOPIC, result.request_id.encode(), result.to_json(), headers, kind,
-                   reply_to)
+        return cls(
+            RESULTS_TOPIC, result.request_id.encode(), result.to_json(), headers, kind, reply_to
+        )
 
 
 @dataclass(slots=True)
@@ -118,8 +122,7 @@ class Item:
     def unanswered(self) -> bool:
         """Pending, not a copy of another item, and nothing found or failed yet."""
         return (
-            self.pending and self.leader is None and self.translation is None
-            and self.error is None
+            self.pending and self.leader is None and self.translation is None and self.error is None
         )
 
 
@@ -162,8 +165,7 @@ class Batch:
         self.stats.size = len(self.items)
 
     @classmethod
-    def of(cls, records: list[Record], *, pair: Pair | None, model_id: str,
-           worker: str) -> Batch:
+    def of(cls, records: list[Record], *, pair: Pair | None, model_id: str, worker: str) -> Batch:
         """A fresh batch of pending items, one per record."""
         return cls([Item(record) for record in records], pair, model_id, worker)
 
@@ -177,8 +179,12 @@ class Batch:
         """Give ``item`` its one result (it must carry a decoded request)."""
         assert item.request is not None, "only decoded requests get results"
         item.result = TranslationResult.for_request(
-            item.request, status=status, completed_at=self.clock(), worker=self.worker,
-            started_at=self.started_at, **fields,
+            item.request,
+            status=status,
+            completed_at=self.clock(),
+            worker=self.worker,
+            started_at=self.started_at,
+            **fields,
         )
 
 

@@ -49,5 +49,6 @@ class Cancel:
             cancel = self._cancels.cancel_for(item.request)
             if cancel is not None:
                 by = f" by {cancel.requested_by}" if cancel.requested_by else ""
-                batch.resolve(item, "cancelled", reason="cancelled",
-                              error=f"cancelled{by} before translation")
+                batch.resolve(
+                    item, "cancelled", reason="cancelled", error=f"cancelled{by} before translation"
+                )

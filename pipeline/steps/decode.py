@@ -31,7 +31,10 @@ class Decode:
             request = decoded.request
             if batch.pair is not None and request.pair != batch.pair:
                 item.dead_letter = dead_letter(
-                    ref, record.key, record.value, "invalid",
+                    ref,
+                    record.key,
+                    record.value,
+                    "invalid",
                     f"a {request.pair.id} request on the work topic of {batch.pair.id}",
                 )
                 continue

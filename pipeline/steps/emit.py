@@ -19,14 +19,23 @@ class Emit:
     async def __call__(self, batch: Batch) -> None:
         for item in batch.items:
             if item.result is not None and item.request is not None:
-                batch.outgoing.append(Outgoing.for_result(
-                    item.result, _headers(item), reply_to=item.request.reply_to,
-                ))
+                batch.outgoing.append(
+                    Outgoing.for_result(
+                        item.result,
+                        _headers(item),
+                        reply_to=item.request.reply_to,
+                    )
+                )
             elif item.dead_letter is not None:
-                batch.outgoing.append(Outgoing(
-                    DLQ_TOPIC, item.record.key, item.dead_letter.to_json(), _headers(item),
-                    kind="dead_letter",
-                ))
+                batch.outgoing.append(
+                    Outgoing(
+                        DLQ_TOPIC,
+                        item.record.key,
+                        item.dead_letter.to_json(),
+                        _headers(item),
+                        kind="dead_letter",
+                    )
+                )
 
 
 def _headers(item: Item) -> Headers:

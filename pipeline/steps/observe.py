@@ -33,7 +33,5 @@ class Observe:
                 metrics.record_route(out.kind)
             return
         results = [item.result for item in batch.items if item.result is not None]
-        metrics.record_batch(
-            batch.pair.id, batch.stats, results, time.perf_counter() - batch.began
-        )
+        metrics.record_batch(batch.pair.id, batch.stats, results, time.perf_counter() - batch.began)
         self._totals.record(batch.stats)

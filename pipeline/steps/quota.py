@@ -43,16 +43,22 @@ class QuotaCheck:
                 by_tenant.setdefault(tenant_label(item.request.tenant), []).append(item)
         if not by_tenant:
             return
-        decisions = await self._quotas.charge_async({
-            tenant: [(i.request.request_id, len(i.request.text)) for i in items if i.request]
-            for tenant, items in by_tenant.items()
-        })
+        decisions = await self._quotas.charge_async(
+            {
+                tenant: [(i.request.request_id, len(i.request.text)) for i in items if i.request]
+                for tenant, items in by_tenant.items()
+            }
+        )
         for tenant, items in by_tenant.items():
             rejected = 0
             for item, decision in zip(items, decisions[tenant], strict=True):
                 if not decision.admitted:
                     rejected += 1
-                    batch.resolve(item, "rejected", reason="quota_exceeded",
-                                  retry_after_ms=decision.retry_after_ms,
-                                  error=decision.reason())
+                    batch.resolve(
+                        item,
+                        "rejected",
+                        reason="quota_exceeded",
+                        retry_after_ms=decision.retry_after_ms,
+                        error=decision.reason(),
+                    )
             metrics.record_quota(tenant, admitted=len(items) - rejected, rejected=rejected)

@@ -42,7 +42,8 @@ class ReplyCopies:
             return
         copies = [
             Outgoing(out.reply_to or "", out.key, out.value, out.headers, out.kind)
-            for out in wanted if out.reply_to in existing
+            for out in wanted
+            if out.reply_to in existing
         ]
         metrics.record_reply_copies("gone", len(wanted) - len(copies))
         if not copies:
@@ -51,8 +52,11 @@ class ReplyCopies:
             async with asyncio.timeout(self._timeout_s):
                 await self._producer.send_all(copies)
         except Exception as exc:
-            log.warning("%d reply copies not delivered (results are on the shared topic): %s",
-                        len(copies), exc)
+            log.warning(
+                "%d reply copies not delivered (results are on the shared topic): %s",
+                len(copies),
+                exc,
+            )
             metrics.record_reply_copies("failed", len(copies))
             return
         metrics.record_reply_copies("copied", len(copies))

@@ -21,16 +21,23 @@ class Resolve:
             if source.translation is not None:
                 value = source.translation
                 batch.resolve(
-                    item, "ok", translation=value.text, model=value.model,
+                    item,
+                    "ok",
+                    translation=value.text,
+                    model=value.model,
                     cache="window" if item.leader else source.cache,
                     batch_size=source.engine_batch_size,
-                    input_tokens=value.input_tokens, output_tokens=value.output_tokens,
+                    input_tokens=value.input_tokens,
+                    output_tokens=value.output_tokens,
                     **value.extra,
                 )
             else:
                 batch.resolve(
-                    item, "error", error=source.error or "not translated",
-                    reason=source.reason, model=batch.model_id,
+                    item,
+                    "error",
+                    error=source.error or "not translated",
+                    reason=source.reason,
+                    model=batch.model_id,
                     batch_size=source.engine_batch_size,
                 )
         _count(batch, batch.items)

@@ -26,16 +26,22 @@ class Route:
     async def __call__(self, batch: Batch) -> None:
         for item in batch.items:
             record = item.record
-            span = start_consumer_span(SPAN_ROUTE, record.headers, {
-                "messaging.system": "kafka",
-                "messaging.source.name": record.topic,
-                "messaging.kafka.source.partition": record.partition,
-                "messaging.kafka.message.offset": record.offset,
-            })
+            span = start_consumer_span(
+                SPAN_ROUTE,
+                record.headers,
+                {
+                    "messaging.system": "kafka",
+                    "messaging.source.name": record.topic,
+                    "messaging.kafka.source.partition": record.partition,
+                    "messaging.kafka.message.offset": record.offset,
+                },
+            )
             with trace.use_span(span, end_on_exit=True):
                 outs = self._router.route(
-                    record.key, record.value,
-                    RecordRef(record.topic, record.partition, record.offset), record.headers,
+                    record.key,
+                    record.value,
+                    RecordRef(record.topic, record.partition, record.offset),
+                    record.headers,
                 )
                 span.set_attribute("babelstream.route", outs[0].kind)
                 span.set_attribute("messaging.destination.name", outs[0].topic)

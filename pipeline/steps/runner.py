@@ -73,7 +73,8 @@ class BatchRunner:
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Exception),
             wait=wait_exponential_jitter(
-                multiplier=self._policy.initial_s, max=self._policy.max_s,
+                multiplier=self._policy.initial_s,
+                max=self._policy.max_s,
                 jitter=self._policy.initial_s,
             ),
             stop=stop_after_delay(self._policy.budget_s),
@@ -108,11 +109,21 @@ class BatchRunner:
             return
         sleep = state.next_action.sleep if state.next_action else 0.0
         if isinstance(exc, TransientError):
-            log.warning("%s: attempt %d failed (%s); retrying in %.1fs, nothing committed",
-                        self._name, state.attempt_number, exc, sleep)
+            log.warning(
+                "%s: attempt %d failed (%s); retrying in %.1fs, nothing committed",
+                self._name,
+                state.attempt_number,
+                exc,
+                sleep,
+            )
         else:  # not a known infrastructure fault: a bug deserves its traceback
-            log.error("%s: attempt %d failed unexpectedly; retrying in %.1fs", self._name,
-                      state.attempt_number, sleep, exc_info=exc)
+            log.error(
+                "%s: attempt %d failed unexpectedly; retrying in %.1fs",
+                self._name,
+                state.attempt_number,
+                sleep,
+                exc_info=exc,
+            )
         if on_retry is not None:
             await on_retry(exc, sleep)
 

@@ -37,7 +37,9 @@ class OpenSpans:
         items = [item for item in batch.items if item.request is not None]
         topic = batch.items[0].record.topic if batch.items else ""
         batch.span = tracer().start_span(
-            SPAN_BATCH, context=Context(), kind=SpanKind.CONSUMER,
+            SPAN_BATCH,
+            context=Context(),
+            kind=SpanKind.CONSUMER,
             links=links_for(span_context_of(item.record.headers) for item in items),
             attributes={
                 "messaging.system": "kafka",
@@ -52,10 +54,13 @@ class OpenSpans:
         link = [Link(batch.span.get_span_context())]
         for item in items:
             item.span = tracer().start_span(
-                SPAN_TRANSLATE, context=extract_context(item.record.headers),
-                kind=SpanKind.CONSUMER, links=link,
+                SPAN_TRANSLATE,
+                context=extract_context(item.record.headers),
+                kind=SpanKind.CONSUMER,
+                links=link,
                 attributes={"babelstream.request_id": item.request.request_id}
-                if item.request else {},
+                if item.request
+                else {},
             )
 
 

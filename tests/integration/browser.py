@@ -44,8 +44,13 @@ def chromium_binary() -> str | None:
 class Chromium:
     """A headless Chromium process with a fresh profile, showing ``url``."""
 
-    def __init__(self, binary: str, profile_dir: Path, log_path: Path,
-                 window_size: tuple[int, int] = (1280, 2000)) -> None:
+    def __init__(
+        self,
+        binary: str,
+        profile_dir: Path,
+        log_path: Path,
+        window_size: tuple[int, int] = (1280, 2000),
+    ) -> None:
         self._binary = binary
         self._profile = profile_dir
         self._log_path = log_path
@@ -57,19 +62,25 @@ class Chromium:
         self._profile.mkdir(parents=True, exist_ok=True)
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         command = [
-            self._binary, *CHROMIUM_FLAGS, f"--user-data-dir={self._profile}",
-            "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-            f"--window-size={self._size[0]},{self._size[1]}", url,
+            self._binary,
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={self._profile}",
+            "--remote-debugging-port=0",
+            "--remote-debugging-address=127.0.0.1",
+            f"--window-size={self._size[0]},{self._size[1]}",
+            url,
         ]
         with self._log_path.open("ab") as out:
-            self._proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         port_file = self._profile / "DevToolsActivePort"
         deadline = time.monotonic() + timeout_s
         while not port_file.exists() or not port_file.read_text().strip():
             if self._proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {self._proc.returncode}; "
-                                   f"see {self._log_path}")
+                raise RuntimeError(
+                    f"chromium exited with {self._proc.returncode}; see {self._log_path}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"chromium did not open DevTools; see {self._log_path}")
             time.sleep(0.1)
@@ -145,8 +156,9 @@ class DevToolsPage:
 
     async def evaluate(self, expression: str) -> Any:
         """The JSON value of a JavaScript expression in the page."""
-        result = await self.call("Runtime.evaluate", expression=expression,
-                                 returnByValue=True, awaitPromise=True)
+        result = await self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(f"{expression!r}: {result['exceptionDetails']}")
         return result["result"].get("value")
@@ -168,8 +180,7 @@ class DevToolsPage:
 
     async def screenshot(self, path: Path) -> Path:
         """Save a full-page PNG screenshot."""
-        result = await self.call("Page.captureScreenshot", format="png",
-                                 captureBeyondViewport=True)
+        result = await self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(result["data"]))
         return path

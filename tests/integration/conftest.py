@@ -52,8 +52,9 @@ def new_topic(stack: Endpoints, request: pytest.FixtureRequest) -> Iterator[Call
     created: list[str] = []
 
     def make(partitions: int = 3) -> str:
-        name = re.sub(r"[^A-Za-z0-9._-]", "-",
-                      f"test.{request.node.name[:60]}.{uuid.uuid4().hex[:8]}")
+        name = re.sub(
+            r"[^A-Za-z0-9._-]", "-", f"test.{request.node.name[:60]}.{uuid.uuid4().hex[:8]}"
+        )
         ensure_topics(kafka, {name: TopicSpec(partitions)})
         created.append(name)
         return name

@@ -27,8 +27,9 @@ class TopicTail:
         self.topic = topic
         if isinstance(kafka, str):
             kafka = KafkaSettings(bootstrap_servers=kafka)
-        self._consumer = KafkaConsumer(**kafka_python_options(kafka, "tests-tail"),
-                                       group_id=None, enable_auto_commit=False)
+        self._consumer = KafkaConsumer(
+            **kafka_python_options(kafka, "tests-tail"), group_id=None, enable_auto_commit=False
+        )
         partitions = self._consumer.partitions_for_topic(topic) or set()
         assert partitions, f"topic {topic} does not exist"
         self._tps = [TopicPartition(topic, p) for p in sorted(partitions)]
@@ -64,18 +65,26 @@ class TopicTail:
 
 def plan_corpus(job_id: str, inputs: list[Path], max_segment_bytes: int) -> list[BatchPlan]:
     """Every batch plan of a corpus, as ``bulk run`` makes them (for expected request ids)."""
-    return [plan_batch(job_id, batch, max_segment_bytes)
-            for batch in CorpusReader(inputs).documents()]
-def spark_kafka_round_trip(spark: SparkSession, kafka: KafkaSettings, topic: str,
-                           sent: dict[str, str]) -> dict[str, str]:
+    return [
+        plan_batch(job_id, batch, max_segment_bytes) for batch in CorpusReader(inputs).documents()
+    ]
+
+
+def spark_kafka_round_trip(
+    spark: SparkSession, kafka: KafkaSettings, topic: str, sent: dict[str, str]
+) -> dict[str, str]:
     """Write ``sent`` with Spark's Kafka sink, read ``topic`` back with its source (batch)."""
     options = spark_kafka_options(kafka)
     frame = spark.createDataFrame(list(sent.items()), "key string, value string")
     frame.write.format("kafka").options(**options).option("topic", topic).save()
-    rows = (spark.read.format("kafka").options(**options)
-            .option("subscribe", topic)
-            .option("startingOffsets", "earliest").option("endingOffsets", "latest")
-            .load()
-            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
-            .collect())
+    rows = (
+        spark.read.format("kafka")
+        .options(**options)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("endingOffsets", "latest")
+        .load()
+        .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value")
+        .collect()
+    )
     return {row.key: row.value for row in rows}

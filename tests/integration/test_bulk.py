@@ -69,8 +69,10 @@ def make_corpus(n: int, seed: int) -> list[str | None]:
         elif i % 53 == 5:
             docs.append(f"{rng.choice(CJK)}{rng.choice(CJK)}{i}号。")
         elif i % 41 == 3:
-            docs.append(f"{gen.sentence()} {rng.choice(EMOJI)} {gen.sentence()}\r\n\r\n"
-                        f"{rng.choice(EMOJI)}{gen.sentence()}")
+            docs.append(
+                f"{gen.sentence()} {rng.choice(EMOJI)} {gen.sentence()}\r\n\r\n"
+                f"{rng.choice(EMOJI)}{gen.sentence()}"
+            )
         elif i % 400 == 250:  # longer than the model's limit (512 tokens), one sentence
             docs.append(" ".join(f"word{i}x{k}" for k in range(90)) + ".")
         elif i % 29 == 11:
@@ -84,18 +86,36 @@ def make_corpus(n: int, seed: int) -> list[str | None]:
 
 
 def write_input(path: Path, texts: list[str | None]) -> pa.Table:
-    table = pa.table({
-        "id": [f"doc-{i:05d}" for i in range(len(texts))],
-        "text": pa.array(texts, pa.string()),
-        "group": [i % 7 for i in range(len(texts))],
-    })
+    table = pa.table(
+        {
+            "id": [f"doc-{i:05d}" for i in range(len(texts))],
+            "text": pa.array(texts, pa.string()),
+            "group": [i % 7 for i in range(len(texts))],
+        }
+    )
     pq.write_table(table, path)
     return table
 
 
 def bulk_command(src: Path, out: Path, tenant: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipeline", "bulk", "run", str(src), "--src", PAIR.source,
-            "--tgt", PAIR.target, "--output", str(out), "--tenant", tenant, "--json", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "bulk",
+        "run",
+        str(src),
+        "--src",
+        PAIR.source,
+        "--tgt",
+        PAIR.target,
+        "--output",
+        str(out),
+        "--tenant",
+        tenant,
+        "--json",
+        *extra,
+    ]
 
 
 def bulk_env(state_dir: Path) -> dict[str, str]:
@@ -104,8 +124,11 @@ def bulk_env(state_dir: Path) -> dict[str, str]:
 
 def failures(state: JobState) -> list[str]:
     """The failed segment results of a job, for assertion messages."""
-    return [f"{r['doc_id']}#{r['segment_index']}: {r['status']}: {r['error']}"
-            for r in state.records() if r["status"] != "ok"]
+    return [
+        f"{r['doc_id']}#{r['segment_index']}: {r['status']}: {r['error']}"
+        for r in state.records()
+        if r["status"] != "ok"
+    ]
 
 
 def documents_of(plans: list[BatchPlan]) -> Iterator[tuple[int, Segmentation | None, list[str]]]:
@@ -136,8 +159,14 @@ def test_two_thousand_documents_in_order_and_faithful(
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
 
     started = time.monotonic()
-    run = subprocess.run(bulk_command(src, out, tenant), env=bulk_env(tmp_path / "state"),
-                         capture_output=True, text=True, timeout=400, check=False)
+    run = subprocess.run(
+        bulk_command(src, out, tenant),
+        env=bulk_env(tmp_path / "state"),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
     elapsed = time.monotonic() - started
@@ -165,8 +194,10 @@ def test_two_thousand_documents_in_order_and_faithful(
     assert "\r\n\r\n" in translations[3]
     long_doc = next(seg for position, seg, _ in documents_of(plans) if position == 1000)
     assert long_doc is not None and len(long_doc.segments) >= 3  # cut at the byte limit
-    print(f"\n2,000 documents, {len(wanted)} segments in {elapsed:.1f}s "
-          f"({len(wanted) / elapsed:.0f} segments/s, cache {report['cache']})")
+    print(
+        f"\n2,000 documents, {len(wanted)} segments in {elapsed:.1f}s "
+        f"({len(wanted) / elapsed:.0f} segments/s, cache {report['cache']})"
+    )
 
 
 def test_killed_run_resumes_without_translating_finished_segments(
@@ -181,8 +212,13 @@ def test_killed_run_resumes_without_translating_finished_segments(
     tasks = [t for plan in plans for t in plan.tasks]
     state = JobState(state_dir, tenant)
 
-    first = subprocess.Popen(command, env=bulk_env(state_dir), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen(
+        command,
+        env=bulk_env(state_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and first.poll() is None:
         if state.results_path.exists() and sum(1 for _ in state.records()) >= len(tasks) // 3:
@@ -200,8 +236,9 @@ def test_killed_run_resumes_without_translating_finished_segments(
 
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
     published = TopicTail(settings.kafka.bootstrap_servers, bulk_topic(PAIR))
-    second = subprocess.run(command, env=bulk_env(state_dir), capture_output=True, text=True,
-                            timeout=300, check=False)
+    second = subprocess.run(
+        command, env=bulk_env(state_dir), capture_output=True, text=True, timeout=300, check=False
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     report = json.loads(second.stdout.strip().splitlines()[-1])
     assert report["reused"] == len(done_first)
@@ -210,21 +247,21 @@ def test_killed_run_resumes_without_translating_finished_segments(
 
     mine = tenant.encode()
     sent = published.read_until(
-        lambda rs: sum(mine in r.value for r in rs) >= report["submitted"], 60)
+        lambda rs: sum(mine in r.value for r in rs) >= report["submitted"], 60
+    )
     again = [TranslationRequest.from_json(r.value).request_id for r in sent if mine in r.value]
     assert len(again) == report["submitted"] > 0
     assert not set(again) & done_first, "finished segments were published again"
     # Engine work since the kill (cache == miss: the engine translated it) touched only
     # segments the first run had not finished, each distinct text at most once (copies in
     # flight at the kill and published again are answered by dedup and the caches).
-    second_ids = {r["request_id"] for r in list(state.records())[len(lines_first):]}
+    second_ids = {r["request_id"] for r in list(state.records())[len(lines_first) :]}
     assert not second_ids & done_first
 
     def job_results(records: list) -> list[TranslationResult]:
         return [TranslationResult.from_json(r.value) for r in records if mine in r.value]
 
-    seen = results.read_until(
-        lambda rs: second_ids <= {r.request_id for r in job_results(rs)}, 60)
+    seen = results.read_until(lambda rs: second_ids <= {r.request_id for r in job_results(rs)}, 60)
     missed = [r.request_id for r in job_results(seen) if r.cache == "miss"]
     assert missed, "nothing was translated after the kill"
     assert set(missed) <= set(unfinished)

@@ -85,8 +85,9 @@ def test_a_reply_topic_carries_only_the_callers_results(
     def call(name: str, own_topic: bool) -> None:
         texts = [f"{name} sentence {i}" for i in range(40)]
         requests = build_requests(texts, DEMO_PAIR, RequestOptions(timeout_ms=120_000))
-        client = TranslationClient(settings.kafka, settings.limits,
-                                   replies=settings.replies if own_topic else None)
+        client = TranslationClient(
+            settings.kafka, settings.limits, replies=settings.replies if own_topic else None
+        )
         with client:
             outcomes[name] = client.translate(requests, timeout_s=120)
 
@@ -114,8 +115,9 @@ def reply_topics(settings: Settings) -> set[str]:
 
 def test_a_named_reply_topic_is_kept(settings: Settings, worker: WorkerProcess) -> None:
     name = f"{settings.replies.prefix}client-{uuid.uuid4().hex[:8]}"
-    with TranslationClient(settings.kafka, settings.limits, replies=settings.replies,
-                           reply_topic=name) as client:
+    with TranslationClient(
+        settings.kafka, settings.limits, replies=settings.replies, reply_topic=name
+    ) as client:
         replies = client.translate(build_requests(["Hello world"], DEMO_PAIR), timeout_s=60)
     assert replies.all_ok and replies.ordered[0].translation == "Ĥéļļö ŵöŕļð"  # type: ignore[union-attr]
     admin = admin_client(settings.kafka)
@@ -208,8 +210,9 @@ def test_cancelled_requests_end_cancelled_and_cost_no_compute(
 ) -> None:
     marker = uuid.uuid4().hex[:8]
     options = RequestOptions(tenant=f"cancel-{marker}", timeout_ms=120_000)
-    requests = build_requests([f"Cancel test {marker} sentence {i}" for i in range(20)],
-                              DEMO_PAIR, options)
+    requests = build_requests(
+        [f"Cancel test {marker} sentence {i}" for i in range(20)], DEMO_PAIR, options
+    )
     doomed = {r.request_id for r in requests[::2]}
     before = cancels_known(worker)
     result = CliRunner().invoke(main, ["cancel", *sorted(doomed)])
@@ -237,8 +240,24 @@ def test_a_cancelled_bulk_job_stops_and_resumes_when_run_again(
     texts = [f"Bulk cancel {job} document {i}. It has two sentences." for i in range(600)]
     pq.write_table(pa.table({"text": texts}), corpus)
     state = JobState(settings.bulk.state_dir, job)
-    command = [sys.executable, "-m", "pipeline", "bulk", "run", str(corpus), "--src", "en",
-               "--tgt", "en-XA", "-o", str(out), "--job-id", job, "--max-in-flight", "200"]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "bulk",
+        "run",
+        str(corpus),
+        "--src",
+        "en",
+        "--tgt",
+        "en-XA",
+        "-o",
+        str(out),
+        "--job-id",
+        job,
+        "--max-in-flight",
+        "200",
+    ]
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 180
@@ -254,13 +273,22 @@ def test_a_cancelled_bulk_job_stops_and_resumes_when_run_again(
     assert json.loads(status.output)["state"] == "cancelled"
 
     def job_results(records: list[Any]) -> list[TranslationResult]:
-        return [TranslationResult.from_json(r.value) for r in records
-                if job.encode() in (r.value or b"")]
+        return [
+            TranslationResult.from_json(r.value)
+            for r in records
+            if job.encode() in (r.value or b"")
+        ]
 
     seen = job_results(results.drain(quiet_s=5))
     cancelled_now = [r for r in seen if r.status == "cancelled"]
-    late_misses = [r for r in seen if r.status == "ok" and r.cache == "miss"
-                   and r.started_at is not None and r.started_at > cancelled_at + 1000]
+    late_misses = [
+        r
+        for r in seen
+        if r.status == "ok"
+        and r.cache == "miss"
+        and r.started_at is not None
+        and r.started_at > cancelled_at + 1000
+    ]
     assert cancelled_now, "segments still in the topic at the cancel end cancelled"
     assert not late_misses, "no segment of the job reaches the engine after the cancel"
 
@@ -310,9 +338,11 @@ def test_a_flood_does_not_push_a_steady_tenant_past_twice_its_p99(
         with_flood = steady_load(settings, 80, 5.0, seed=63)
         done_by_then = flood.done()
         flood.finish(limit_s=400)
-    print(f"\nsteady P99 alone {alone['p99_ms']} ms, with the flood {with_flood['p99_ms']} ms; "
-          f"flood read ahead in {read_ahead_s:.0f}s, flood results by the end of the steady "
-          f"load: {done_by_then}/{len(flood.requests)}")
+    print(
+        f"\nsteady P99 alone {alone['p99_ms']} ms, with the flood {with_flood['p99_ms']} ms; "
+        f"flood read ahead in {read_ahead_s:.0f}s, flood results by the end of the steady "
+        f"load: {done_by_then}/{len(flood.requests)}"
+    )
     assert done_by_then < len(flood.requests), "the flood was over before the steady load"
     assert alone["missing"] == with_flood["missing"] == 0
     assert with_flood["p99_ms"] <= 2 * alone["p99_ms"]

@@ -44,14 +44,31 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def window(pair: str, index: int, *, count: int, p95: float, p99: float,
-           timeouts: float = 0.0, hits: float = 0.5) -> SlaWindow:
+def window(
+    pair: str,
+    index: int,
+    *,
+    count: int,
+    p95: float,
+    p99: float,
+    timeouts: float = 0.0,
+    hits: float = 0.5,
+) -> SlaWindow:
     start = T0 + index * 10_000
     return SlaWindow(
-        pair=pair, window_start=start, window_end=start + 10_000, count=count,
-        p50_ms=p95 / 2, p95_ms=p95, p99_ms=p99, timeout_ratio=timeouts, error_ratio=0.0,
-        cache_hit_ratio=hits, objectives={"timeout_ratio": 0.01},
-        met={"timeout_ratio": timeouts <= 0.01}, burn_rate_1h=timeouts / 0.01,
+        pair=pair,
+        window_start=start,
+        window_end=start + 10_000,
+        count=count,
+        p50_ms=p95 / 2,
+        p95_ms=p95,
+        p99_ms=p99,
+        timeout_ratio=timeouts,
+        error_ratio=0.0,
+        cache_hit_ratio=hits,
+        objectives={"timeout_ratio": 0.01},
+        met={"timeout_ratio": timeouts <= 0.01},
+        burn_rate_1h=timeouts / 0.01,
         burn_rate_6h=timeouts / 0.02,
     )
 
@@ -77,15 +94,27 @@ def dashboard_log(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def dashboard_proc(sla_topic: str, late_topic: str, stack: object,
-                   dashboard_log: Path) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+def dashboard_proc(
+    sla_topic: str, late_topic: str, stack: object, dashboard_log: Path
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     port = free_port()
     log_path = dashboard_log
     with log_path.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "-vv", "dashboard", "--port", str(port),
-             "--topic", sla_topic],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "pipeline",
+                "-vv",
+                "dashboard",
+                "--port",
+                str(port),
+                "--topic",
+                sla_topic,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             env={**os.environ, "BABELSTREAM_SLA__LATE_TOPIC": late_topic},
         )
     try:
@@ -122,8 +151,9 @@ def chromium(tmp_path: Path) -> Iterator[Callable[[str], Chromium]]:
     started: list[Chromium] = []
 
     def start(url: str) -> Chromium:
-        browser = Chromium(binary, tmp_path / "profile",
-                           PROJECT_ROOT / "var" / "log" / "test-chromium.log").start(url)
+        browser = Chromium(
+            binary, tmp_path / "profile", PROJECT_ROOT / "var" / "log" / "test-chromium.log"
+        ).start(url)
         started.append(browser)
         return browser
 
@@ -132,8 +162,7 @@ def chromium(tmp_path: Path) -> Iterator[Callable[[str], Chromium]]:
         browser.stop()
 
 
-def produce(settings: Settings, topic: str,
-            records: list[SlaWindow | LateResult | bytes]) -> None:
+def produce(settings: Settings, topic: str, records: list[SlaWindow | LateResult | bytes]) -> None:
     producer = KafkaProducer(**kafka_python_options(settings.kafka, "tests"), acks="all")
     for record in records:
         if isinstance(record, SlaWindow | LateResult):
@@ -173,8 +202,10 @@ def test_dashboard_charts_sla_windows(
 ) -> None:
     settings = load_settings()
     # produced before the page opens: the server replays them in its snapshot
-    early = [window("en_en-XA", 0, count=40, p95=120, p99=180),
-             window("en_en-XA", 1, count=55, p95=140, p99=260, timeouts=0.02, hits=0.6)]
+    early = [
+        window("en_en-XA", 0, count=40, p95=120, p99=180),
+        window("en_en-XA", 1, count=55, p95=140, p99=260, timeouts=0.02, hits=0.6),
+    ]
     produce(settings, sla_topic, list(early))
     deadline = time.monotonic() + 30
     while health(dashboard)["records"] < 2:
@@ -208,8 +239,11 @@ def test_dashboard_charts_sla_windows(
             await asyncio.sleep(0.3)  # let the last frame paint before the screenshot
             await page.screenshot(ARTIFACTS / "dashboard.png")
             status = await page.evaluate("document.getElementById('status').textContent")
-            return await page.evaluate(CHART_DATA), await page.evaluate(TABLE_ROWS), {
-                "status": status}
+            return (
+                await page.evaluate(CHART_DATA),
+                await page.evaluate(TABLE_ROWS),
+                {"status": status},
+            )
 
     charts, tables, extra = asyncio.run(drive())
     assert extra["status"] == "live"
@@ -222,7 +256,9 @@ def test_dashboard_charts_sla_windows(
     assert enxa["timeouts"][0]["y"] == [0.0, 0.02, 0.05]
     assert enxa["cache"][0]["y"] == [0.5, 0.6, 0.7]
     assert {d["label"]: d["y"] for d in enxa["burn"]} == {
-        "1 h": [0.0, 2.0, 5.0], "6 h": [0.0, 1.0, 2.5]}
+        "1 h": [0.0, 2.0, 5.0],
+        "6 h": [0.0, 1.0, 2.5],
+    }
     for datasets in enxa.values():
         for dataset in datasets:
             assert dataset["rendered"] == 3  # Chart.js drew a point per window
@@ -251,15 +287,36 @@ def wait_for_records(port: int, records: int, late_records: int = 0) -> None:
 
 
 def test_first_paint_shows_the_windows_the_server_has(
-        dashboard: int, sla_topic: str, late_topic: str) -> None:
+    dashboard: int, sla_topic: str, late_topic: str
+) -> None:
     settings = load_settings()
-    produce(settings, sla_topic, [window("en_en-XA", 0, count=40, p95=120, p99=180),
-                                  window("en_en-XA", 1, count=55, p95=140, p99=260,
-                                         timeouts=0.02)])
-    produce(settings, late_topic, [LateResult(
-        request_id=f"late-{i}", pair="en_en-XA", priority="interactive", status="ok",
-        latency_ms=9, completed_at=T0 + 11_000, window_start=T0 + 10_000,
-        window_end=T0 + 20_000, watermark=T0 + 40_000, late_by_ms=29_000) for i in range(3)])
+    produce(
+        settings,
+        sla_topic,
+        [
+            window("en_en-XA", 0, count=40, p95=120, p99=180),
+            window("en_en-XA", 1, count=55, p95=140, p99=260, timeouts=0.02),
+        ],
+    )
+    produce(
+        settings,
+        late_topic,
+        [
+            LateResult(
+                request_id=f"late-{i}",
+                pair="en_en-XA",
+                priority="interactive",
+                status="ok",
+                latency_ms=9,
+                completed_at=T0 + 11_000,
+                window_start=T0 + 10_000,
+                window_end=T0 + 20_000,
+                watermark=T0 + 40_000,
+                late_by_ms=29_000,
+            )
+            for i in range(3)
+        ],
+    )
     wait_for_records(dashboard, 2, 3)
     with urllib.request.urlopen(f"http://127.0.0.1:{dashboard}/", timeout=5) as response:
         page = response.read().decode()
@@ -272,8 +329,8 @@ def test_first_paint_shows_the_windows_the_server_has(
 
 
 def test_a_closed_event_stream_is_no_error(
-        dashboard_proc: tuple[int, subprocess.Popen[bytes]], sla_topic: str,
-        dashboard_log: Path) -> None:
+    dashboard_proc: tuple[int, subprocess.Popen[bytes]], sla_topic: str, dashboard_log: Path
+) -> None:
     port, proc = dashboard_proc
     settings = load_settings()
     for _ in range(3):
@@ -285,13 +342,15 @@ def test_a_closed_event_stream_is_no_error(
                 assert chunk, f"stream ended before its snapshot: {received!r}"
                 received += chunk
     # new windows make the server write to the closed streams
-    produce(settings, sla_topic, [window("en_en-XA", i, count=1, p95=1, p99=1)
-                                  for i in range(3)])
+    produce(settings, sla_topic, [window("en_en-XA", i, count=1, p95=1, p99=1) for i in range(3)])
     wait_for_records(port, 3)
     time.sleep(1.0)
     log = dashboard_log.read_text(errors="replace")
     assert "closed by the client" in log, "the closes were seen (DEBUG)"
     assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
-    listening = {c.laddr.ip for c in psutil.Process(proc.pid).net_connections(kind="tcp")
-                 if c.status == psutil.CONN_LISTEN}
+    listening = {
+        c.laddr.ip
+        for c in psutil.Process(proc.pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
     assert listening == {"127.0.0.1"}, listening

@@ -76,11 +76,13 @@ def test_restart_under_traffic_loses_nothing(
     # the replacement is back in service: its first result of any request
     after_restart = [t for t in tally.first_seen_ms.values() if t >= restarted_ms]
     summary = {
-        **report.to_dict(), "signal": sig.name, "failed_sends": len(traffic.failed),
+        **report.to_dict(),
+        "signal": sig.name,
+        "failed_sends": len(traffic.failed),
         "uncommitted_at_stop": sum(lag_after_stop.values()),
-        "lag_at_fault": lag_at_fault, "final_lag": lag,
-        "restart_to_first_result_ms": min(after_restart) - restarted_ms
-        if after_restart else None,
+        "lag_at_fault": lag_at_fault,
+        "final_lag": lag,
+        "restart_to_first_result_ms": min(after_restart) - restarted_ms if after_restart else None,
     }
     print(json.dumps(summary))
     assert not traffic.failed and report.acked == COUNT

@@ -59,8 +59,15 @@ def test_redis_outage_and_broker_restart_give_no_error_results(
         tally.wait_for(acked, 240)
         results = tally.snapshot()
     report = reconcile(acked, results, (fault_start, fault_end))
-    print(json.dumps({**report.to_dict(), "failed_sends": len(traffic.failed),
-                      "worker_exit": worker.returncode}))
+    print(
+        json.dumps(
+            {
+                **report.to_dict(),
+                "failed_sends": len(traffic.failed),
+                "worker_exit": worker.returncode,
+            }
+        )
+    )
     assert worker.returncode is None, "the worker must ride out the faults"
     assert report.acked > COUNT // 2, "most requests must be acknowledged"
     assert report.missing == [], f"{len(report.missing)} acknowledged requests got no result"

@@ -48,8 +48,10 @@ def translate(settings: Settings, texts: list[str], **options: object) -> list[T
 
 def test_markup_placeholders_and_bad_markup_each_get_one_faithful_result(settings, worker):
     html = '<p>Hello <b>big <i>world</i></b>! <a href="/x" title="Go home">Click</a> &amp; go.</p>'
-    expected = (f'<p>{xa("Hello")} <b>{xa("big")} <i>{xa("world")}</i></b>! '
-                f'<a href="/x" title="{xa("Go home")}">{xa("Click")}</a> &amp; {xa("go")}.</p>')
+    expected = (
+        f"<p>{xa('Hello')} <b>{xa('big')} <i>{xa('world')}</i></b>! "
+        f'<a href="/x" title="{xa("Go home")}">{xa("Click")}</a> &amp; {xa("go")}.</p>'
+    )
     (ok,) = translate(settings, [html], text_format="html")
     assert (ok.status, ok.translation, ok.fidelity) == ("ok", expected, "exact")
     (bad,) = translate(settings, ["<p>Hello <b>world</p></b>"], text_format="html")
@@ -58,7 +60,8 @@ def test_markup_placeholders_and_bad_markup_each_get_one_faithful_result(setting
     plain = translate(settings, ["Hi {name}, you have %d new {{things}} at https://x.io/a"])
     assert plain[0].translation == (
         f"{xa('Hi')} {{name}}, {xa('you have')} %d {xa('new')} {{{{things}}}} {xa('at')} "
-        "https://x.io/a")
+        "https://x.io/a"
+    )
     corrupt = translate(settings, ["Ünïcode café — naïve résumé 東京 🚆"])
     assert corrupt[0].status == "ok" and "\ufffd" not in (corrupt[0].translation or "")
 
@@ -72,7 +75,9 @@ def test_glossary_versions_are_picked_up_and_never_served_stale(settings, worker
     assert first.translation == f"Kafka {xa('waits at the')} Bahnhof."
     assert first.glossary_version == 1
     assert {(h.source, h.count) for h in first.glossary_hits or []} == {
-        ("Kafka", 1), ("train station", 1)}
+        ("Kafka", 1),
+        ("train station", 1),
+    }
     store.put(tenant, EN_XA.id, "brand", [Term("Kafka"), Term("train station", "Gare")])
     deadline = time.monotonic() + 20
     while True:  # within seconds, and never the cached text of version 1

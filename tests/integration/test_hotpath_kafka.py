@@ -38,8 +38,10 @@ class KafkaProducer:
 
     async def send_all(self, records: Sequence[Outgoing]) -> None:
         def send() -> None:
-            futures = [self._producer.send(r.topic, key=r.key, value=r.value,
-                                           headers=r.headers) for r in records]
+            futures = [
+                self._producer.send(r.topic, key=r.key, value=r.value, headers=r.headers)
+                for r in records
+            ]
             self._producer.flush(self._timeout_s)
             for future in futures:
                 future.get(timeout=self._timeout_s)
@@ -62,8 +64,11 @@ class KafkaBackend:
         self._reply = ReplyTopic.for_call(settings.kafka, settings.replies, label="hotpath")
         self.reply_topic = self._reply.create().name
         bootstrap = settings.kafka.bootstrap_servers
-        self._tails = [TopicTail(bootstrap, RESULTS_TOPIC), TopicTail(bootstrap, DLQ_TOPIC),
-                       TopicTail(bootstrap, self.reply_topic)]
+        self._tails = [
+            TopicTail(bootstrap, RESULTS_TOPIC),
+            TopicTail(bootstrap, DLQ_TOPIC),
+            TopicTail(bootstrap, self.reply_topic),
+        ]
 
     def quotas(self, chars: dict[str, int]) -> QuotaLimiter:
         return QuotaLimiter(TenantSettings(quota_chars=chars), self._settings.redis)
@@ -85,8 +90,11 @@ class KafkaBackend:
             for tail, kind in zip(self._tails, kinds, strict=True):
                 for record in tail.drain(quiet_s=0.5):
                     if marker.encode() in (record.value or b""):
-                        found.append(Outgoing(tail.topic, record.key, record.value,
-                                              list(record.headers), kind))
+                        found.append(
+                            Outgoing(
+                                tail.topic, record.key, record.value, list(record.headers), kind
+                            )
+                        )
             return found
 
         deadline = time.monotonic() + 30

@@ -57,21 +57,27 @@ def test_third_party_client_and_dead_letters(settings: Settings, worker: WorkerP
     """A foreign producer's requests are routed; every bad input lands in the DLQ."""
     marker = uuid.uuid4().hex
     good = {
-        "request_id": f"{marker}-good", "source_lang": "en", "target_lang": "en-XA",
-        "text": "Good morning", "submitted_at": now_ms(),
+        "request_id": f"{marker}-good",
+        "source_lang": "en",
+        "target_lang": "en-XA",
+        "text": "Good morning",
+        "submitted_at": now_ms(),
     }
     bad_inputs = {
         "not_json": b"{" + marker.encode(),
         "not_utf8": b"\xff\xfe" + marker.encode(),
         "invalid": json.dumps({**good, "request_id": f"{marker}-nofield", "text": None}).encode(),
-        "bad_tag": json.dumps({**good, "request_id": f"{marker}-tag", "source_lang": "en_US"})
-        .encode(),
-        "limit_exceeded": json.dumps({**good, "request_id": f"{marker}-big", "text": "é" * 9000})
-        .encode(),
+        "bad_tag": json.dumps(
+            {**good, "request_id": f"{marker}-tag", "source_lang": "en_US"}
+        ).encode(),
+        "limit_exceeded": json.dumps(
+            {**good, "request_id": f"{marker}-big", "text": "é" * 9000}
+        ).encode(),
     }
     unsupported = {**good, "request_id": f"{marker}-unsupported", "target_lang": "de"}
-    dlq, results = TopicTail(settings.kafka.bootstrap_servers, DLQ_TOPIC), TopicTail(
-        settings.kafka.bootstrap_servers, RESULTS_TOPIC
+    dlq, results = (
+        TopicTail(settings.kafka.bootstrap_servers, DLQ_TOPIC),
+        TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC),
     )
     producer = confluent_kafka.Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
     for doc in (good, unsupported):
@@ -85,9 +91,7 @@ def test_third_party_client_and_dead_letters(settings: Settings, worker: WorkerP
         letters = (DeadLetter.from_json(r.value) for r in records if marker.encode() in r.value)
         return {(letter.partition, letter.offset): letter for letter in letters}
 
-    letters = list(
-        ours(dlq.read_until(lambda rs: len(ours(rs)) >= len(bad_inputs))).values()
-    )
+    letters = list(ours(dlq.read_until(lambda rs: len(ours(rs)) >= len(bad_inputs))).values())
     reasons = collections.Counter(letter.reason for letter in letters)
     assert reasons == {"not_json": 1, "not_utf8": 1, "invalid": 2, "limit_exceeded": 1}
     for letter in letters:
@@ -114,8 +118,12 @@ def test_expired_requests_time_out_without_engine(
     marker = uuid.uuid4().hex
     requests = [
         TranslationRequest(
-            request_id=f"{marker}-{i}", source_lang="en", target_lang="en-XA",
-            text=f"never translated {marker} {i}", submitted_at=stale, timeout_ms=1000,
+            request_id=f"{marker}-{i}",
+            source_lang="en",
+            target_lang="en-XA",
+            text=f"never translated {marker} {i}",
+            submitted_at=stale,
+            timeout_ms=1000,
         )
         for i in range(20)
     ]

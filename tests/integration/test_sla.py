@@ -77,8 +77,7 @@ ACCURACY = SlaSettings().percentile_accuracy
 SKETCH_K = SlaSettings().sketch_k
 CLOSING_TICK_S = 1100.0
 _BATCH = re.compile(r"jobs\.sla: batch (\d+): (\d+) input rows in (\d+) ms")
-_WRITES = re.compile(
-    r"jobs\.sla: batch (\d+): \d+ windows -> (\S+) \(already written: (\S+)\)")
+_WRITES = re.compile(r"jobs\.sla: batch (\d+): \d+ windows -> (\S+) \(already written: (\S+)\)")
 
 
 @dataclass(frozen=True)
@@ -117,39 +116,68 @@ class Event:
     def to_json(self) -> bytes:
         src, tgt = self.pair.split("_")
         return TranslationResult(
-            request_id=self.request_id, source_lang=src, target_lang=tgt, pair=self.pair,
-            status=self.status, cache=self.cache, job_id=self.job_id, reason=self.reason,
-            submitted_at=self.completed_at - self.latency_ms, completed_at=self.completed_at,
+            request_id=self.request_id,
+            source_lang=src,
+            target_lang=tgt,
+            pair=self.pair,
+            status=self.status,
+            cache=self.cache,
+            job_id=self.job_id,
+            reason=self.reason,
+            submitted_at=self.completed_at - self.latency_ms,
+            completed_at=self.completed_at,
             latency_ms=self.latency_ms,
         ).to_json()
 
 
-def make_events(rng: Random, tag: str, pair: str, start_s: int, end_s: int, per_second: int,
-                **fields: str) -> list[Event]:
+def make_events(
+    rng: Random, tag: str, pair: str, start_s: int, end_s: int, per_second: int, **fields: str
+) -> list[Event]:
     """``per_second`` results in every second of [start, end), latencies and statuses mixed."""
     events = []
     for second in range(start_s, end_s):
         for i in range(per_second):
             latency = int(rng.choice([rng.uniform(20, 380), rng.uniform(380, 4000)]))
-            status = rng.choices(["ok", "timeout", "error", "cancelled", "rejected"],
-                                 weights=[80, 8, 6, 3, 3])[0]
-            events.append(Event(f"{tag}-{pair}-{second}-{i}", pair,
-                                round(second + rng.uniform(0, 0.999), 3), latency, status,
-                                rng.choice([None, "miss", "l1", "l2", "window"]), **fields))
+            status = rng.choices(
+                ["ok", "timeout", "error", "cancelled", "rejected"], weights=[80, 8, 6, 3, 3]
+            )[0]
+            events.append(
+                Event(
+                    f"{tag}-{pair}-{second}-{i}",
+                    pair,
+                    round(second + rng.uniform(0, 0.999), 3),
+                    latency,
+                    status,
+                    rng.choice([None, "miss", "l1", "l2", "window"]),
+                    **fields,
+                )
+            )
     return events
 
 
-def with_repeats(rng: Random, originals: list[Event], share: float) -> tuple[list[Event],
-                                                                             list[Event]]:
+def with_repeats(
+    rng: Random, originals: list[Event], share: float
+) -> tuple[list[Event], list[Event]]:
     """The stream with ``share`` of the results repeated (each copy a little after its
     original in the stream), and the copies alone."""
     stream, copies = [], []
     for event in originals:
         stream.append(event)
         if rng.random() < share:
-            copy = event if rng.random() < 0.5 else Event(
-                event.request_id, event.pair, round(event.t + rng.uniform(0, 2), 3),
-                event.latency_ms + 7, event.status, event.cache, event.job_id, event.reason)
+            copy = (
+                event
+                if rng.random() < 0.5
+                else Event(
+                    event.request_id,
+                    event.pair,
+                    round(event.t + rng.uniform(0, 2), 3),
+                    event.latency_ms + 7,
+                    event.status,
+                    event.cache,
+                    event.job_id,
+                    event.reason,
+                )
+            )
             copies.append(copy)
             stream.append(copy)
     return stream, copies
@@ -172,12 +200,16 @@ class JobProcess:
         self.stdout: list[str] = []
         self.stderr: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline", "-v", "sla", *args], env=env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "pipeline", "-v", "sla", *args],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
-        self._readers = [threading.Thread(target=self._pump, args=(stream, lines), daemon=True)
-                         for stream, lines in ((self.proc.stdout, self.stdout),
-                                               (self.proc.stderr, self.stderr))]
+        self._readers = [
+            threading.Thread(target=self._pump, args=(stream, lines), daemon=True)
+            for stream, lines in ((self.proc.stdout, self.stdout), (self.proc.stderr, self.stderr))
+        ]
         for reader in self._readers:
             reader.start()
 
@@ -187,13 +219,17 @@ class JobProcess:
 
     def batches(self) -> list[tuple[int, int, int]]:
         """(batch id, input rows, milliseconds) of each windows-query batch logged so far."""
-        return [(int(m[1]), int(m[2]), int(m[3])) for line in list(self.stderr)
-                if (m := _BATCH.search(line))]
+        return [
+            (int(m[1]), int(m[2]), int(m[3]))
+            for line in list(self.stderr)
+            if (m := _BATCH.search(line))
+        ]
 
     def sink_writes(self) -> list[tuple[int, str, str]]:
         """(batch id, sinks written, sinks skipped as already written) of each batch."""
-        return [(int(m[1]), m[2], m[3]) for line in list(self.stderr)
-                if (m := _WRITES.search(line))]
+        return [
+            (int(m[1]), m[2], m[3]) for line in list(self.stderr) if (m := _WRITES.search(line))
+        ]
 
     def wait_for(self, done: Callable[[], bool], what: str, timeout_s: float = 300.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -248,11 +284,12 @@ class Phases:
 
     @classmethod
     def make(cls, rng: Random) -> Phases:
-        originals = (make_events(rng, "p1", "en_de", 0, 1000, 2)
-                     + make_events(rng, "p1", "de_en", 0, 100, 4)
-                     + make_events(rng, "bulk", "en_de", 0, 50, 3, job_id="job-1")
-                     + make_events(rng, "typo", "en_en-AX", 10, 30, 2,
-                                   reason=UNSUPPORTED_PAIR_REASON))
+        originals = (
+            make_events(rng, "p1", "en_de", 0, 1000, 2)
+            + make_events(rng, "p1", "de_en", 0, 100, 4)
+            + make_events(rng, "bulk", "en_de", 0, 50, 3, job_id="job-1")
+            + make_events(rng, "typo", "en_en-AX", 10, 30, 2, reason=UNSUPPORTED_PAIR_REASON)
+        )
         stream, copies = with_repeats(rng, originals, 0.2)
         late = make_events(rng, "late", "en_de", 100, 200, 1)
         return cls(originals, stream, copies, late)
@@ -278,8 +315,7 @@ class Scenario:
 
 
 def _stage(started: float, what: str) -> None:
-    print(f"[sla scenario] {time.monotonic() - started:6.1f}s {what}", file=sys.stderr,
-          flush=True)
+    print(f"[sla scenario] {time.monotonic() - started:6.1f}s {what}", file=sys.stderr, flush=True)
 
 
 def _send(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
@@ -327,8 +363,12 @@ class Ticker:
 @pytest.fixture(scope="module")
 def topics(stack: Endpoints) -> Iterator[dict[str, str]]:
     run = uuid.uuid4().hex[:8]
-    names = {"results": (f"test.sla.{run}.results", 4), "ticks": (f"test.sla.{run}.ticks", 1),
-             "windows": (f"test.sla.{run}.windows", 1), "late": (f"test.sla.{run}.late", 1)}
+    names = {
+        "results": (f"test.sla.{run}.results", 4),
+        "ticks": (f"test.sla.{run}.ticks", 1),
+        "windows": (f"test.sla.{run}.windows", 1),
+        "late": (f"test.sla.{run}.late", 1),
+    }
     ensure_topics(stack.settings.kafka, {n: TopicSpec(p) for n, p in names.values()})
     yield {role: name for role, (name, _) in names.items()}
     admin = admin_client(stack.settings.kafka, "tests")
@@ -346,32 +386,53 @@ def forget_last_commit(checkpoint: Path) -> int:
 
 
 def job_args(topics: dict[str, str], work: Path) -> list[str]:
-    return ["--source-topic", topics["results"], "--sink-topic", topics["windows"],
-            "--checkpoint", str(work / "ck"), "--history", str(work / "history"),
-            "--window", "1s", "--watermark", f"{LATENESS_S}s", "--trigger", f"{TRIGGER_S}s",
-            "--sinks", "kafka,parquet,console", "--threshold", f"en_de={THRESHOLDS['en_de']}"]
+    return [
+        "--source-topic",
+        topics["results"],
+        "--sink-topic",
+        topics["windows"],
+        "--checkpoint",
+        str(work / "ck"),
+        "--history",
+        str(work / "history"),
+        "--window",
+        "1s",
+        "--watermark",
+        f"{LATENESS_S}s",
+        "--trigger",
+        f"{TRIGGER_S}s",
+        "--sinks",
+        "kafka,parquet,console",
+        "--threshold",
+        f"en_de={THRESHOLDS['en_de']}",
+    ]
 
 
 def job_env(bootstrap: str, topics: dict[str, str], work: Path) -> dict[str, str]:
-    return {**os.environ, "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-            "BABELSTREAM_SLA__TICKS_TOPIC": topics["ticks"],
-            "BABELSTREAM_SLA__LATE_TOPIC": topics["late"],
-            "BABELSTREAM_SLA__LATE_HISTORY_DIR": str(work / "late"),
-            "BABELSTREAM_SLA__BULK_THRESHOLD_MS": str(BULK_THRESHOLD),
-            "BABELSTREAM_SLA__OBJECTIVES": '{"p95_ms": 2000, "timeout_ratio": 0.2, '
-                                           '"p99_ms": null, "error_ratio": null}',
-            "BABELSTREAM_SLA__BULK_OBJECTIVES": '{"timeout_ratio": 0.5, "error_ratio": null}'}
+    return {
+        **os.environ,
+        "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "BABELSTREAM_SLA__TICKS_TOPIC": topics["ticks"],
+        "BABELSTREAM_SLA__LATE_TOPIC": topics["late"],
+        "BABELSTREAM_SLA__LATE_HISTORY_DIR": str(work / "late"),
+        "BABELSTREAM_SLA__BULK_THRESHOLD_MS": str(BULK_THRESHOLD),
+        "BABELSTREAM_SLA__OBJECTIVES": '{"p95_ms": 2000, "timeout_ratio": 0.2, '
+        '"p99_ms": null, "error_ratio": null}',
+        "BABELSTREAM_SLA__BULK_OBJECTIVES": '{"timeout_ratio": 0.5, "error_ratio": null}',
+    }
 
 
-def run_realtime(job: JobProcess, bootstrap: str, topics: dict[str, str], tail: TopicTail,
-                 rng: Random) -> tuple[list[Event], dict[int, int]]:
+def run_realtime(
+    job: JobProcess, bootstrap: str, topics: dict[str, str], tail: TopicTail, rng: Random
+) -> tuple[list[Event], dict[int, int]]:
     """Phase 3: a few seconds of real-time traffic for en_de, then ticks only."""
     job.wait_for(lambda: len(job.batches()) > 0, "the second run's first batch")
     with Ticker(bootstrap, topics["ticks"]):
         events = []
         for i in range(12):
-            events.append(Event(f"rt-{i}", "en_de", 0.0, 50 + 10 * i, "ok", "miss",
-                                absolute_ms=now_ms()))
+            events.append(
+                Event(f"rt-{i}", "en_de", 0.0, 50 + 10 * i, "ok", "miss", absolute_ms=now_ms())
+            )
             _send(bootstrap, topics["results"], _results(events[-1:]))
             time.sleep(0.25)
         last_window = max(e.window_start for e in events)
@@ -390,8 +451,9 @@ def run_realtime(job: JobProcess, bootstrap: str, topics: dict[str, str], tail: 
 
 
 @pytest.fixture(scope="module")
-def scenario(stack: Endpoints, topics: dict[str, str],
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+def scenario(
+    stack: Endpoints, topics: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Scenario]:
     work = tmp_path_factory.mktemp("sla")
     bootstrap = stack.bootstrap_servers
     env = job_env(bootstrap, topics, work)
@@ -399,8 +461,9 @@ def scenario(stack: Endpoints, topics: dict[str, str],
     phases = Phases.make(rng)
     tail = TopicTail(bootstrap, topics["windows"])
     late_tail = TopicTail(bootstrap, topics["late"])
-    closing = TickSource(["en_de"], "test-worker", lambda: BASE + round(CLOSING_TICK_S * 1000),
-                         topics["ticks"]).records()
+    closing = TickSource(
+        ["en_de"], "test-worker", lambda: BASE + round(CLOSING_TICK_S * 1000), topics["ticks"]
+    ).records()
     jobs: list[JobProcess] = []
     expected_windows = len({(*e.series, e.window_start) for e in phases.originals})
     started = time.monotonic()
@@ -410,8 +473,9 @@ def scenario(stack: Endpoints, topics: dict[str, str],
         _stage(started, f"{len(phases.stream)} results sent; first run starting")
         jobs.append(first := JobProcess(job_args(topics, work), env))
         # the first batch pays for the JVM's warm-up: minutes on a loaded 2-core machine
-        first.wait_for(lambda: len(_windows(tail)) >= expected_windows, "the windows",
-                       timeout_s=900)
+        first.wait_for(
+            lambda: len(_windows(tail)) >= expected_windows, "the windows", timeout_s=900
+        )
         _stage(started, f"windows out; batches {first.batches()}")
         listening = listening_addresses(first.proc.pid)
         _send(bootstrap, topics["results"], _results(phases.late))
@@ -433,12 +497,17 @@ def scenario(stack: Endpoints, topics: dict[str, str],
         tail.close()
         late_tail.close()
     yield Scenario(
-        phases=phases, windows=[SlaWindow.from_json(r.value) for r in tail.records],
+        phases=phases,
+        windows=[SlaWindow.from_json(r.value) for r in tail.records],
         keys=[r.key for r in tail.records],
         late=[LateResult.from_json(r.value) for r in late_tail.records],
-        console=first.stdout + second.stdout, history=work / "history",
-        late_history=work / "late", replayed_batch=replayed,
-        second_run_writes=second.sink_writes(), listening=listening, realtime=realtime,
+        console=first.stdout + second.stdout,
+        history=work / "history",
+        late_history=work / "late",
+        replayed_batch=replayed,
+        second_run_writes=second.sink_writes(),
+        listening=listening,
+        realtime=realtime,
         realtime_emitted_ms=emitted,
         # the realtime phase starts after the run's first (warm-up, replay) batch
         max_batch_ms=max(ms for _, _, ms in second.batches()[1:]),
@@ -469,8 +538,11 @@ def test_every_window_once_and_series_apart(scenario: Scenario) -> None:
     expected = expected_by_window(scenario.phases.originals)
     assert set(phase1(scenario)) == set(expected)
     assert {key[:2] for key in expected} == {
-        ("en_de", "interactive"), ("de_en", "interactive"), ("en_de", "bulk"),
-        ("unsupported", "interactive")}
+        ("en_de", "interactive"),
+        ("de_en", "interactive"),
+        ("en_de", "bulk"),
+        ("unsupported", "interactive"),
+    }
     assert len([k for k in expected if k[:2] == ("en_de", "interactive")]) == 1000
     assert scenario.keys == [w.pair.encode() for w in scenario.windows]
 
@@ -486,11 +558,15 @@ def test_repeats_change_no_count_ratio_or_percentile(scenario: Scenario) -> None
         assert window.count == n, key
         assert window.duplicates == repeats.get(key, 0), key
         assert window.timeout_ratio == sum(e.timed_out for e in events) / n, key
-        for status, ratio in (("error", window.error_ratio), ("cancelled", window.cancel_ratio),
-                              ("rejected", window.rejected_ratio)):
+        for status, ratio in (
+            ("error", window.error_ratio),
+            ("cancelled", window.cancel_ratio),
+            ("rejected", window.rejected_ratio),
+        ):
             assert ratio == sum(e.status == status for e in events) / n, (key, status)
-        assert window.cache_hit_ratio == sum(
-            e.cache in ("l1", "l2", "window") for e in events) / n, key
+        assert (
+            window.cache_hit_ratio == sum(e.cache in ("l1", "l2", "window") for e in events) / n
+        ), key
         latencies = [e.latency_ms for e in events]
         for p, value in ((0.5, window.p50_ms), (0.95, window.p95_ms), (0.99, window.p99_ms)):
             low, high = percentile_bounds(latencies, p, ACCURACY)
@@ -520,9 +596,22 @@ def test_objectives_and_burn_rates_by_hand(scenario: Scenario) -> None:
 
 
 def test_report_over_1000_windows_agrees_with_numpy(scenario: Scenario) -> None:
-    result = CliRunner().invoke(main, [
-        "sla", "report", "--pair", "en_de", "--from", str(BASE), "--to", str(BASE + 1_000_000),
-        "--history", str(scenario.history), "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "sla",
+            "report",
+            "--pair",
+            "en_de",
+            "--from",
+            str(BASE),
+            "--to",
+            str(BASE + 1_000_000),
+            "--history",
+            str(scenario.history),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     import json
 
@@ -537,9 +626,10 @@ def test_report_over_1000_windows_agrees_with_numpy(scenario: Scenario) -> None:
         high = np.quantile(latencies, min(p + error, 1), method="inverted_cdf")
         assert low <= report[name] <= high, (name, report[name], low, high)
     assert report["timeout_ratio"] == sum(e.timed_out for e in events) / len(events)
-    assert report["duplicates"] == sum(c.series == ("en_de", "interactive")
-                                       and c.window_start < BASE + 1_000_000
-                                       for c in scenario.phases.copies)
+    assert report["duplicates"] == sum(
+        c.series == ("en_de", "interactive") and c.window_start < BASE + 1_000_000
+        for c in scenario.phases.copies
+    )
 
 
 def test_late_rows_land_on_the_late_topic(scenario: Scenario) -> None:
@@ -560,8 +650,7 @@ def test_late_rows_land_on_the_late_topic(scenario: Scenario) -> None:
 def read_late_history(folder: Path) -> list[str]:
     import pyarrow.dataset as ds
 
-    return ds.dataset(str(folder)).to_table(columns=["request_id"]).column(
-        "request_id").to_pylist()
+    return ds.dataset(str(folder)).to_table(columns=["request_id"]).column("request_id").to_pylist()
 
 
 def test_a_quiet_pairs_last_window_closes_within_the_bound(scenario: Scenario) -> None:
@@ -585,8 +674,9 @@ def test_history_and_console_match_kafka(scenario: Scenario) -> None:
     history = {_key(w): (w, sketch) for w, sketch in read_history(scenario.history)}
     assert {k: w for k, (w, _) in history.items()} == {_key(w): w for w in scenario.windows}
     assert all(sketch for _, sketch in history.values())
-    lines = [line for line in scenario.console
-             if line.startswith(("en_de", "de_en", "unsupported"))]
+    lines = [
+        line for line in scenario.console if line.startswith(("en_de", "de_en", "unsupported"))
+    ]
     assert len(lines) == len(scenario.windows)
 
 

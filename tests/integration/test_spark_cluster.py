@@ -65,18 +65,28 @@ def free_port_run(count: int) -> int:
 def results(rng: Random) -> list[tuple[bytes, bytes]]:
     records = []
     for second in range(30):
-        for pair, job_id, reason in (("en_de", None, None), ("de_en", None, None),
-                                     ("en_de", "job-1", None),
-                                     ("en_xx", None, UNSUPPORTED_PAIR_REASON)):
+        for pair, job_id, reason in (
+            ("en_de", None, None),
+            ("de_en", None, None),
+            ("en_de", "job-1", None),
+            ("en_xx", None, UNSUPPORTED_PAIR_REASON),
+        ):
             for i in range(3):
                 request_id = f"{pair}-{job_id}-{second}-{i}"
                 latency = int(rng.uniform(10, 3000))
                 completed = BASE + second * 1000 + int(rng.uniform(0, 999))
                 value = TranslationResult(
-                    request_id=request_id, source_lang=pair[:2], target_lang=pair[3:],
-                    pair=pair, status=rng.choice(["ok", "ok", "timeout", "error"]),
-                    job_id=job_id, reason=reason, submitted_at=completed - latency,
-                    completed_at=completed, latency_ms=latency).to_json()
+                    request_id=request_id,
+                    source_lang=pair[:2],
+                    target_lang=pair[3:],
+                    pair=pair,
+                    status=rng.choice(["ok", "ok", "timeout", "error"]),
+                    job_id=job_id,
+                    reason=reason,
+                    submitted_at=completed - latency,
+                    completed_at=completed,
+                    latency_ms=latency,
+                ).to_json()
                 records.append((request_id.encode(), value))
                 if rng.random() < 0.2:
                     records.append((request_id.encode(), value))
@@ -88,8 +98,12 @@ def cluster(tmp_path: Path) -> Iterator[Settings]:
     first = free_port_run(6)
     settings = Settings(
         stack=StackSettings(home=tmp_path / "var"),
-        spark=SparkClusterSettings(master_port=first, master_webui_port=first + 1,
-                                   worker_port=first + 2, worker_webui_port=first + 4),
+        spark=SparkClusterSettings(
+            master_port=first,
+            master_webui_port=first + 1,
+            worker_port=first + 2,
+            worker_webui_port=first + 4,
+        ),
     )
     try:
         manager.start(settings, spark_services(settings))
@@ -98,21 +112,47 @@ def cluster(tmp_path: Path) -> Iterator[Settings]:
         manager.down(settings, names={s.name for s in spark_services(settings)})
 
 
-def run_job(bootstrap: str, topics: dict[str, str], sink: str, work: Path,
-            master: str | None) -> list[SlaWindow]:
+def run_job(
+    bootstrap: str, topics: dict[str, str], sink: str, work: Path, master: str | None
+) -> list[SlaWindow]:
     tail = TopicTail(bootstrap, sink)
-    args = ["--source-topic", topics["results"], "--sink-topic", sink,
-            "--checkpoint", str(work / "ck"), "--history", str(work / "history"),
-            "--window", "2s", "--watermark", "3s", "--trigger", "500ms",
-            "--sinks", "kafka,parquet", "--until-idle", "8s"]
+    args = [
+        "--source-topic",
+        topics["results"],
+        "--sink-topic",
+        sink,
+        "--checkpoint",
+        str(work / "ck"),
+        "--history",
+        str(work / "history"),
+        "--window",
+        "2s",
+        "--watermark",
+        "3s",
+        "--trigger",
+        "500ms",
+        "--sinks",
+        "kafka,parquet",
+        "--until-idle",
+        "8s",
+    ]
     if master:
         args += ["--master", master]
-    env = {**os.environ, "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-           "BABELSTREAM_SLA__TICKS_TOPIC": topics["ticks"],
-           "BABELSTREAM_SLA__LATE_TOPIC": topics["late"],
-           "BABELSTREAM_SLA__LATE_HISTORY_DIR": str(work / "late")}
-    done = subprocess.run([sys.executable, "-m", "pipeline", "sla", *args], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    env = {
+        **os.environ,
+        "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "BABELSTREAM_SLA__TICKS_TOPIC": topics["ticks"],
+        "BABELSTREAM_SLA__LATE_TOPIC": topics["late"],
+        "BABELSTREAM_SLA__LATE_HISTORY_DIR": str(work / "late"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "sla", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     try:
         return [SlaWindow.from_json(r.value) for r in tail.drain(quiet_s=2.0)]
@@ -121,29 +161,37 @@ def run_job(bootstrap: str, topics: dict[str, str], sink: str, work: Path,
 
 
 def test_the_cluster_computes_what_local_mode_computes(
-        stack: Endpoints, cluster: Settings, tmp_path: Path) -> None:
+    stack: Endpoints, cluster: Settings, tmp_path: Path
+) -> None:
     bootstrap = stack.bootstrap_servers
     run = uuid.uuid4().hex[:8]
-    topics = {role: f"test.spark.{run}.{role}"
-              for role in ("results", "ticks", "late", "local", "cluster")}
-    ensure_topics(stack.settings.kafka, {name: TopicSpec(3 if role == "results" else 1)
-                                         for role, name in topics.items()})
+    topics = {
+        role: f"test.spark.{run}.{role}"
+        for role in ("results", "ticks", "late", "local", "cluster")
+    }
+    ensure_topics(
+        stack.settings.kafka,
+        {name: TopicSpec(3 if role == "results" else 1) for role, name in topics.items()},
+    )
     admin = admin_client(stack.settings.kafka, "tests")
     try:
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
         for key, value in results(Random(11)):
             producer.send(topics["results"], key=key, value=value)
-        for topic, key, value in TickSource(["en_de"], "test", lambda: BASE + 60_000,
-                                            topics["ticks"]).records():
+        for topic, key, value in TickSource(
+            ["en_de"], "test", lambda: BASE + 60_000, topics["ticks"]
+        ).records():
             producer.send(topic, key=key, value=value)
         producer.flush()
         producer.close()
         statuses = {s.name: s for s in manager.status(cluster)}
-        assert all(statuses[s.name].healthy and statuses[s.name].pid
-                   for s in spark_services(cluster)), statuses
+        assert all(
+            statuses[s.name].healthy and statuses[s.name].pid for s in spark_services(cluster)
+        ), statuses
         local = run_job(bootstrap, topics, topics["local"], tmp_path / "local", None)
-        on_cluster = run_job(bootstrap, topics, topics["cluster"], tmp_path / "cluster",
-                             cluster.spark.master_url)
+        on_cluster = run_job(
+            bootstrap, topics, topics["cluster"], tmp_path / "cluster", cluster.spark.master_url
+        )
     finally:
         admin.delete_topics(list(topics.values()))
         admin.close()

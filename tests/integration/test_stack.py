@@ -79,15 +79,21 @@ def test_kafka_python_round_trip(stack: Endpoints, new_topic: Callable[..., str]
     from kafka import KafkaConsumer, KafkaProducer
 
     topic, sent = new_topic(), _messages("kafka-python")
-    producer = KafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks="all",
-                             compression_type="gzip")
+    producer = KafkaProducer(
+        bootstrap_servers=stack.bootstrap_servers, acks="all", compression_type="gzip"
+    )
     for key, value in sent.items():
         producer.send(topic, key=key.encode(), value=value.encode())
     producer.flush()
     producer.close()
-    consumer = KafkaConsumer(topic, bootstrap_servers=stack.bootstrap_servers,
-                             group_id=f"g-{topic}", auto_offset_reset="earliest",
-                             enable_auto_commit=False, consumer_timeout_ms=20_000)
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=stack.bootstrap_servers,
+        group_id=f"g-{topic}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        consumer_timeout_ms=20_000,
+    )
     got: dict[str, str] = {}
     for record in consumer:
         got[record.key.decode()] = record.value.decode()
@@ -104,8 +110,9 @@ def test_aiokafka_round_trip(stack: Endpoints, new_topic: Callable[..., str]) ->
     topic, sent = new_topic(), _messages("aiokafka")
 
     async def run() -> dict[str, str]:
-        producer = AIOKafkaProducer(bootstrap_servers=stack.bootstrap_servers, acks="all",
-                                    enable_idempotence=True)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=stack.bootstrap_servers, acks="all", enable_idempotence=True
+        )
         await producer.start()
         try:
             for key, value in sent.items():
@@ -113,9 +120,13 @@ def test_aiokafka_round_trip(stack: Endpoints, new_topic: Callable[..., str]) ->
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic, bootstrap_servers=stack.bootstrap_servers,
-                                    group_id=f"g-{topic}", auto_offset_reset="earliest",
-                                    enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=stack.bootstrap_servers,
+            group_id=f"g-{topic}",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
         await consumer.start()
         got: dict[str, str] = {}
         try:
@@ -136,14 +147,20 @@ def test_confluent_kafka_round_trip(stack: Endpoints, new_topic: Callable[..., s
     from confluent_kafka import Consumer, Producer
 
     topic, sent = new_topic(), _messages("confluent")
-    producer = Producer({"bootstrap.servers": stack.bootstrap_servers, "acks": "all",
-                         "enable.idempotence": True})
+    producer = Producer(
+        {"bootstrap.servers": stack.bootstrap_servers, "acks": "all", "enable.idempotence": True}
+    )
     for key, value in sent.items():
         producer.produce(topic, key=key.encode(), value=value.encode())
     assert producer.flush(30) == 0
-    consumer = Consumer({"bootstrap.servers": stack.bootstrap_servers,
-                         "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": stack.bootstrap_servers,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     got: dict[str, str] = {}
     for _ in range(60):

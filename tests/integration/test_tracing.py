@@ -34,9 +34,14 @@ pytestmark = pytest.mark.integration
 
 EN_XA = Pair("en", "en-XA")
 TRACE_ATTRS = (
-    "babelstream.pair", "babelstream.model", "babelstream.compute_type",
-    "babelstream.batch_size", "babelstream.input_tokens", "babelstream.output_tokens",
-    "babelstream.cache", "babelstream.status",
+    "babelstream.pair",
+    "babelstream.model",
+    "babelstream.compute_type",
+    "babelstream.batch_size",
+    "babelstream.input_tokens",
+    "babelstream.output_tokens",
+    "babelstream.cache",
+    "babelstream.status",
 )
 
 
@@ -59,8 +64,10 @@ def memory_spans() -> InMemorySpanExporter:
 
 
 @pytest.fixture(scope="module")
-def traced_worker(settings: Settings, tmp_path_factory: pytest.TempPathFactory,
-                  ) -> Iterator[dict[str, Any]]:
+def traced_worker(
+    settings: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Any]]:
     span_file = tmp_path_factory.mktemp("spans") / "worker-spans.jsonl"
     metrics_port = free_port()
     env = {
@@ -89,16 +96,19 @@ def parse_traceparent(value: str | None) -> tuple[str, str]:
 
 def await_result(tail: TopicTail, request_id: str) -> Any:
     def ours(records: list[Any]) -> list[Any]:
-        return [r for r in records
-                if TranslationResult.from_json(r.value).request_id == request_id]
+        return [r for r in records if TranslationResult.from_json(r.value).request_id == request_id]
 
     found = ours(tail.read_until(lambda rs: bool(ours(rs)), timeout_s=90))
     assert found, f"no result for {request_id}"
     return found[0]
 
 
-def worker_spans(span_file: Path, trace_id: str, names: set[str], timeout_s: float = 15.0,
-                 ) -> dict[str, list[dict[str, Any]]]:
+def worker_spans(
+    span_file: Path,
+    trace_id: str,
+    names: set[str],
+    timeout_s: float = 15.0,
+) -> dict[str, list[dict[str, Any]]]:
     """Spans of ``trace_id`` the worker exported, by name, once every name is there."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -113,9 +123,9 @@ def worker_spans(span_file: Path, trace_id: str, names: set[str], timeout_s: flo
 
 def linked_batches(span_file: Path, trace_id: str, span_id: str) -> list[dict[str, Any]]:
     return [
-        span for span in read_span_file(span_file)
-        if span["name"] == "batch"
-        and {"trace_id": trace_id, "span_id": span_id} in span["links"]
+        span
+        for span in read_span_file(span_file)
+        if span["name"] == "batch" and {"trace_id": trace_id, "span_id": span_id} in span["links"]
     ]
 
 
@@ -134,8 +144,10 @@ def test_one_trace_from_submit_to_result(
     assert result.status == "ok"
 
     submits = [
-        span_to_dict(s) for s in memory_spans.get_finished_spans()
-        if s.name == "submit" and s.attributes
+        span_to_dict(s)
+        for s in memory_spans.get_finished_spans()
+        if s.name == "submit"
+        and s.attributes
         and s.attributes.get("babelstream.request_id") == request.request_id
     ]
     assert len(submits) == 1
@@ -178,16 +190,24 @@ def test_third_party_traceparent_is_continued(
     tracestate = "vendor=abc"
     request_id = f"foreign-{uuid.uuid4().hex}"
     doc = {
-        "request_id": request_id, "source_lang": "en", "target_lang": "en-XA",
-        "text": "Good evening", "submitted_at": now_ms(),
+        "request_id": request_id,
+        "source_lang": "en",
+        "target_lang": "en-XA",
+        "text": "Good evening",
+        "submitted_at": now_ms(),
     }
 
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
     producer = confluent_kafka.Producer({"bootstrap.servers": settings.kafka.bootstrap_servers})
     producer.produce(
-        REQUESTS_TOPIC, key=b"en_en-XA", value=json.dumps(doc).encode(),
-        headers=[("traceparent", traceparent.encode()), ("tracestate", tracestate.encode()),
-                 ("x-app", b"kept")],
+        REQUESTS_TOPIC,
+        key=b"en_en-XA",
+        value=json.dumps(doc).encode(),
+        headers=[
+            ("traceparent", traceparent.encode()),
+            ("tracestate", tracestate.encode()),
+            ("x-app", b"kept"),
+        ],
     )
     assert producer.flush(30) == 0
     record = await_result(results, request_id)
@@ -213,7 +233,8 @@ def scrape(port: int) -> str:
 def sample(text: str, name: str, **labels: str) -> float | None:
     """Sum of the samples of ``name`` whose labels include ``labels`` (None: no sample)."""
     values = [
-        float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
         if (line.startswith(name + "{") or line.startswith(name + " "))
         and all(f'{k}="{v}"' in line for k, v in labels.items())
     ]
@@ -235,8 +256,9 @@ def test_worker_serves_prometheus_metrics(
     while True:
         text = scrape(port)
         after = sample(text, "babelstream_requests_total", pair="en_en-XA", status="ok")
-        lag = sample(text, "babelstream_consumer_committed_lag",
-                     topic="translate.requests.en_en-XA")
+        lag = sample(
+            text, "babelstream_consumer_committed_lag", topic="translate.requests.en_en-XA"
+        )
         if (after or 0) >= (before or 0) + 2 and lag is not None:
             break
         assert time.monotonic() < deadline, text

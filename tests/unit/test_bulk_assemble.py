@@ -60,16 +60,17 @@ def test_an_ok_result_without_translation_is_not_ok() -> None:
 
 def batch_of(table: pa.Table) -> DocumentBatch:
     (rows,) = table.to_batches()
-    return DocumentBatch(rows, table.column("id").to_pylist(),
-                         table.column("text").to_pylist(), 0)
+    return DocumentBatch(rows, table.column("id").to_pylist(), table.column("text").to_pylist(), 0)
 
 
 def test_plan_assembles_every_document_of_a_batch_in_input_order() -> None:
-    table = pa.table({
-        "id": ["d2", "d1", "d3", "d4"],
-        "text": ["B one. B two.", "A one.", "", None],
-        "meta": [2, 1, 3, 4],
-    })
+    table = pa.table(
+        {
+            "id": ["d2", "d1", "d3", "d4"],
+            "text": ["B one. B two.", "A one.", "", None],
+            "meta": [2, 1, 3, 4],
+        }
+    )
     plan = plan_batch("job", batch_of(table), 16 * 1024)
     assert [(t.doc_index, t.segment_index) for t in plan.tasks] == [(0, 0), (0, 1), (1, 0)]
     assert plan.tasks[0].request_id == request_id("job", "d2", 0)
@@ -86,7 +87,8 @@ def test_plan_assembles_every_document_of_a_batch_in_input_order() -> None:
     assert out.column("id").to_pylist() == ["d2", "d1", "d3", "d4"]
     assert out.schema.field("errors").type == OUTPUT_FIELDS[2].type
     assert out.column("errors").to_pylist()[0] == [
-        {"segment_index": 0, "status": "missing", "error": "no result"}]
+        {"segment_index": 0, "status": "missing", "error": "no result"}
+    ]
     plan.outcomes[plan.tasks[0].request_id] = ok("X")
     assert plan.done
 

@@ -13,23 +13,34 @@ from pipeline.cli import main
 
 def test_status_reports_counts_and_an_interrupted_run(tmp_path: Path) -> None:
     state = JobState(tmp_path, "job-1")
-    state.start({"pair": "en_en-XA", "tenant": None, "domain": None}, documents=2,
-                segments_total=5, output="/out.parquet")
+    state.start(
+        {"pair": "en_en-XA", "tenant": None, "domain": None},
+        documents=2,
+        segments_total=5,
+        output="/out.parquet",
+    )
     state.update(pid=2**22 + 12345)  # a run that died without saying so
-    state.append([
-        {"request_id": "a", "status": "ok", "translation": "x"},
-        {"request_id": "b", "status": "error", "translation": None},
-        {"request_id": "c", "status": "timeout", "translation": None},
-        {"request_id": "c", "status": "ok", "translation": "y"},
-        {"request_id": "d", "status": "cancelled", "translation": None},
-    ])
+    state.append(
+        [
+            {"request_id": "a", "status": "ok", "translation": "x"},
+            {"request_id": "b", "status": "error", "translation": None},
+            {"request_id": "c", "status": "timeout", "translation": None},
+            {"request_id": "c", "status": "ok", "translation": "y"},
+            {"request_id": "d", "status": "cancelled", "translation": None},
+        ]
+    )
     env = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path)}
     result = CliRunner().invoke(main, ["bulk", "status", "job-1", "--json"], env=env)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["state"] == "interrupted"
-    assert (doc["segments_total"], doc["segments_completed"], doc["segments_errors"],
-            doc["segments_cancelled"], doc["segments_pending"]) == (5, 2, 1, 1, 1)
+    assert (
+        doc["segments_total"],
+        doc["segments_completed"],
+        doc["segments_errors"],
+        doc["segments_cancelled"],
+        doc["segments_pending"],
+    ) == (5, 2, 1, 1, 1)
     assert doc["output"] == "/out.parquet"
 
     text = CliRunner().invoke(main, ["bulk", "status", "job-1"], env=env)

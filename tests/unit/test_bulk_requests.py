@@ -28,14 +28,16 @@ def test_request_ids_are_deterministic_and_distinct() -> None:
     assert request_id("job-1", "a", 2) == request_id("job-1", "a", 2)
     assert request_id("job-1", "a", 2) != request_id("job-2", "a", 2)
     assert request_id("job-1", "a", 2).startswith("job-1:") and request_id(
-        "job-1", "a", 2).endswith(":2")
+        "job-1", "a", 2
+    ).endswith(":2")
 
 
 def test_request_ids_fit_the_contract_whatever_the_doc_id() -> None:
     longest = request_id("j" * 64, "x" * 10_000, 2**40)
     assert len(longest) <= 128
-    TranslationRequest(request_id=longest, source_lang="en", target_lang="de", text="x",
-                       submitted_at=0)
+    TranslationRequest(
+        request_id=longest, source_lang="en", target_lang="de", text="x", submitted_at=0
+    )
 
 
 def test_wire_doc_id() -> None:
@@ -61,13 +63,13 @@ def test_bad_job_ids(bad: str) -> None:
 
 
 def test_records_are_keyed_by_content_digest_like_the_router() -> None:
-    template = RequestTemplate(job_id="job", pair=PAIR, model_id="m", timeout_ms=60_000,
-                               tenant="t")
+    template = RequestTemplate(job_id="job", pair=PAIR, model_id="m", timeout_ms=60_000, tenant="t")
     request = template.request("doc", 3, "Hello.", submitted_at=1000)
     key, value = template.record(request)
     assert key.decode() == request_digest(request, "m")
-    assert key.decode() != content_digest(model_id="m", source_lang="en", target_lang="en-XA",
-                                          text="Hello.", tenant="other")
+    assert key.decode() != content_digest(
+        model_id="m", source_lang="en", target_lang="en-XA", text="Hello.", tenant="other"
+    )
     sent = json.loads(value)
     assert sent["request_id"] == request_id("job", "doc", 3)
     assert (sent["job_id"], sent["doc_id"], sent["segment_index"]) == ("job", "doc", 3)
@@ -76,8 +78,15 @@ def test_records_are_keyed_by_content_digest_like_the_router() -> None:
 
 
 def test_markup_jobs_carry_format_and_glossary_and_get_their_own_id() -> None:
-    template = RequestTemplate(job_id="job", pair=PAIR, model_id="m", timeout_ms=60_000,
-                               tenant="t", text_format="html", glossary="brand")
+    template = RequestTemplate(
+        job_id="job",
+        pair=PAIR,
+        model_id="m",
+        timeout_ms=60_000,
+        tenant="t",
+        text_format="html",
+        glossary="brand",
+    )
     request = template.request("doc", 0, "<p>Hello</p>", submitted_at=1000)
     assert (request.format, request.glossary) == ("html", "brand")
     plain = RequestTemplate(job_id="job", pair=PAIR, model_id="m", timeout_ms=60_000, tenant="t")

@@ -69,10 +69,15 @@ class FakeWorker:
         while self.queue and len(out) < self.per_poll:
             request = self.queue.popleft()
             failed = "FAIL" in request.text
-            out.append(TranslationResult.for_request(
-                request, status="error" if failed else "ok",
-                translation=None if failed else request.text.upper(),
-                error="boom" if failed else None, cache="miss"))
+            out.append(
+                TranslationResult.for_request(
+                    request,
+                    status="error" if failed else "ok",
+                    translation=None if failed else request.text.upper(),
+                    error="boom" if failed else None,
+                    cache="miss",
+                )
+            )
         self.answered += len(out)
         for hook in self.on_poll:
             hook()  # type: ignore[operator]
@@ -101,8 +106,9 @@ def worker(monkeypatch: pytest.MonkeyPatch) -> FakeWorker:
     monkeypatch.setattr(runner_mod, "BulkPublisher", fake.publisher)
     monkeypatch.setattr(runner_mod, "JobResults", fake.results)
     monkeypatch.setattr(runner_mod, "ReplyTopic", FakeReplyTopic)
-    monkeypatch.setattr(runner_mod, "publish_cancels",
-                        lambda _settings, cancels: fake.cancels.extend(cancels))
+    monkeypatch.setattr(
+        runner_mod, "publish_cancels", lambda _settings, cancels: fake.cancels.extend(cancels)
+    )
     monkeypatch.setattr(runner_mod, "model_id_for", lambda settings, pair: "fake-model")
     return fake
 
@@ -110,8 +116,9 @@ def worker(monkeypatch: pytest.MonkeyPatch) -> FakeWorker:
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     base = load_settings()
-    return base.model_copy(update={"bulk": BulkSettings(
-        state_dir=tmp_path / "state", max_in_flight=5, submit_chunk=2)})
+    return base.model_copy(
+        update={"bulk": BulkSettings(state_dir=tmp_path / "state", max_in_flight=5, submit_chunk=2)}
+    )
 
 
 def corpus(tmp_path: Path, n: int = 12) -> CorpusReader:
@@ -219,8 +226,13 @@ def test_memory_window_bounds_what_is_read_ahead(
         original_write(self, rows)
 
     monkeypatch.setattr(runner_mod._OutputFile, "write", write)
-    tight = settings.model_copy(update={"bulk": settings.bulk.model_copy(
-        update={"window_bytes": 1, "max_in_flight": 50, "submit_chunk": 50})})
+    tight = settings.model_copy(
+        update={
+            "bulk": settings.bulk.model_copy(
+                update={"window_bytes": 1, "max_in_flight": 50, "submit_chunk": 50}
+            )
+        }
+    )
     worker.per_poll = 50
     report = run_job(tight, JobSpec("job-w", PAIR, written), reader, progress=False)
     assert report.segments_total == n and len(held) == n // 4
@@ -228,7 +240,8 @@ def test_memory_window_bounds_what_is_read_ahead(
     # (the in-flight cap is not what limits it: it could take 50 segments).
     assert max(held) <= 1
     assert pq.read_table(written).column("translation").to_pylist() == [
-        f"SENTENCE {i}." for i in range(n)]
+        f"SENTENCE {i}." for i in range(n)
+    ]
 
 
 def test_cancel_stops_a_running_job(

@@ -54,7 +54,9 @@ def test_empty_documents_have_no_segments(text: str) -> None:
 def test_sentences_and_paragraphs() -> None:
     seg = segment_document("One. Two!  Three\r\n\r\nFour?\n")
     assert seg.segments == (
-        Segment("", "One."), Segment(" ", "Two!"), Segment("  ", "Three"),
+        Segment("", "One."),
+        Segment(" ", "Two!"),
+        Segment("  ", "Three"),
         Segment("\r\n\r\n", "Four?"),
     )
     assert seg.tail == "\n"
@@ -69,7 +71,9 @@ def test_cjk_full_stops_need_no_space() -> None:
 def test_abbreviations_and_decimals_do_not_end_sentences() -> None:
     seg = segment_document("Dr. Smith paid 3.50 dollars, e.g. J. Doe did. Next one.")
     assert [s.text for s in seg.segments] == [
-        "Dr. Smith paid 3.50 dollars, e.g. J. Doe did.", "Next one."]
+        "Dr. Smith paid 3.50 dollars, e.g. J. Doe did.",
+        "Next one.",
+    ]
 
 
 def test_long_sentences_stay_whole_under_the_byte_limit() -> None:

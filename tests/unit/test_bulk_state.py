@@ -17,12 +17,25 @@ IDENTITY = {"pair": "en_en-XA", "tenant": None, "domain": None}
 
 def result(task: SegmentTask, status: str = "ok", translation: str | None = "T") -> dict:
     request = TranslationRequest(
-        request_id=task.request_id, source_lang="en", target_lang="en-XA", text=task.text,
-        submitted_at=1, job_id="job", doc_id="d", segment_index=task.segment_index)
+        request_id=task.request_id,
+        source_lang="en",
+        target_lang="en-XA",
+        text=task.text,
+        submitted_at=1,
+        job_id="job",
+        doc_id="d",
+        segment_index=task.segment_index,
+    )
     return result_record(
-        TranslationResult.for_request(request, status=status, translation=translation,  # type: ignore[arg-type]
-                                      cache="miss", completed_at=2),
-        task.text)
+        TranslationResult.for_request(
+            request,
+            status=status,
+            translation=translation,  # type: ignore[arg-type]
+            cache="miss",
+            completed_at=2,
+        ),
+        task.text,
+    )
 
 
 def test_completed_reuses_only_ok_results_for_the_same_text(tmp_path: Path) -> None:

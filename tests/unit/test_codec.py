@@ -42,8 +42,19 @@ def test_accepts_valid_request() -> None:
         (raw(target_lang="xx_YY"), "invalid", "target_lang"),
         (raw(schema_version=9), "unsupported_version", "schema_version 9"),
         (raw(text="é" * 9000), "limit_exceeded", "18000 bytes"),
-        (raw(metadata={"k": "v" * 1000, "k2": "v" * 1000, "k3": "v" * 1000, "k4": "v" * 1000,
-                       "k5": "v" * 1000}), "limit_exceeded", "metadata"),
+        (
+            raw(
+                metadata={
+                    "k": "v" * 1000,
+                    "k2": "v" * 1000,
+                    "k3": "v" * 1000,
+                    "k4": "v" * 1000,
+                    "k5": "v" * 1000,
+                }
+            ),
+            "limit_exceeded",
+            "metadata",
+        ),
     ],
 )
 def test_rejects_with_reason_and_original_bytes(

@@ -40,30 +40,46 @@ def environment(service: dict[str, Any]) -> dict[str, str]:
 
 
 def babelstream_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {name: s for name, s in compose["services"].items()
-            if s.get("image") == "babelstream:local"}
+    return {
+        name: s for name, s in compose["services"].items() if s.get("image") == "babelstream:local"
+    }
 
 
 def test_docker_compose_accepts_the_file() -> None:
     command = compose_config_command()
     if command is None:
-        pytest.skip("neither `docker compose` nor Debian's docker-compose is installed "
-                    "(`make install` installs docker-compose)")
-    done = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT,
-                          check=False)
+        pytest.skip(
+            "neither `docker compose` nor Debian's docker-compose is installed "
+            "(`make install` installs docker-compose)"
+        )
+    done = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT_ROOT, check=False)
     assert done.returncode == 0, done.stderr
 
 
 def test_topology(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("kafka", "redis", "router", "worker", "sla", "dashboard", "otel-collector",
-                 "jaeger", "prometheus", "grafana"):
+    for name in (
+        "kafka",
+        "redis",
+        "router",
+        "worker",
+        "sla",
+        "dashboard",
+        "otel-collector",
+        "jaeger",
+        "prometheus",
+        "grafana",
+    ):
         assert name in services, name
     assert services["kafka"]["image"] == "apache/kafka:3.9.1"
     assert "KAFKA_PROCESS_ROLES" in environment(services["kafka"])  # KRaft, no ZooKeeper
     assert "ports" not in services["worker"]  # scalable: no fixed host ports
-    for path in ("deploy/otel-collector.yaml", "deploy/prometheus/prometheus.yml",
-                 "deploy/grafana/dashboards/babelstream.json", "Dockerfile"):
+    for path in (
+        "deploy/otel-collector.yaml",
+        "deploy/prometheus/prometheus.yml",
+        "deploy/grafana/dashboards/babelstream.json",
+        "Dockerfile",
+    ):
         assert (PROJECT_ROOT / path).is_file(), path
 
 

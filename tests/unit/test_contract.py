@@ -58,8 +58,11 @@ DEAD_LETTER = {
     "received_at": 3,
 }
 CANCEL = {"request_id": "r-1", "cancelled_at": 5}
-MARKER = {"dead_letter_id": "translate.requests:0:7", "replayed_at": 9,
-          "topic": "translate.requests"}
+MARKER = {
+    "dead_letter_id": "translate.requests:0:7",
+    "replayed_at": 9,
+    "topic": "translate.requests",
+}
 SLA = {
     "pair": "en_de",
     "window_start": 0,
@@ -73,15 +76,29 @@ SLA = {
     "cache_hit_ratio": 1,
 }
 SLA_V2 = {
-    **SLA, "schema_version": 2, "priority": "bulk", "cancel_ratio": 0.0, "rejected_ratio": 0.1,
-    "duplicates": 3, "objectives": {"p95_ms": 1000.0, "timeout_ratio": 0.01},
-    "met": {"p95_ms": True, "timeout_ratio": False}, "burn_rate_1h": 2.5, "burn_rate_6h": 0.4,
+    **SLA,
+    "schema_version": 2,
+    "priority": "bulk",
+    "cancel_ratio": 0.0,
+    "rejected_ratio": 0.1,
+    "duplicates": 3,
+    "objectives": {"p95_ms": 1000.0, "timeout_ratio": 0.01},
+    "met": {"p95_ms": True, "timeout_ratio": False},
+    "burn_rate_1h": 2.5,
+    "burn_rate_6h": 0.4,
 }
 TICK = {"worker": "worker-1", "pair": "en_de", "emitted_at": 1_700_000_000_000}
 LATE = {
-    "request_id": "r-1", "pair": "en_de", "priority": "interactive", "status": "ok",
-    "latency_ms": 40, "completed_at": 1_700_000_004_000, "window_start": 1_700_000_000_000,
-    "window_end": 1_700_000_005_000, "watermark": 1_700_000_009_000, "late_by_ms": 5000,
+    "request_id": "r-1",
+    "pair": "en_de",
+    "priority": "interactive",
+    "status": "ok",
+    "latency_ms": 40,
+    "completed_at": 1_700_000_004_000,
+    "window_start": 1_700_000_000_000,
+    "window_end": 1_700_000_005_000,
+    "watermark": 1_700_000_009_000,
+    "late_by_ms": 5000,
 }
 
 

@@ -19,12 +19,17 @@ PAIR = Pair("en", "en-XA")
 
 
 def batch_of(n: int) -> Batch:
-    batch = Batch.of([Record("t", 0, i, None, b"") for i in range(n)], pair=PAIR,
-                     model_id="m", worker="w")
+    batch = Batch.of(
+        [Record("t", 0, i, None, b"") for i in range(n)], pair=PAIR, model_id="m", worker="w"
+    )
     for i, item in enumerate(batch.items):
-        item.request = TranslationRequest(request_id=f"r-{i}", source_lang="en",
-                                          target_lang="en-XA", text="x",
-                                          submitted_at=now_ms())
+        item.request = TranslationRequest(
+            request_id=f"r-{i}",
+            source_lang="en",
+            target_lang="en-XA",
+            text="x",
+            submitted_at=now_ms(),
+        )
     return batch
 
 
@@ -75,16 +80,20 @@ def test_reply_copies_never_fail_the_batch() -> None:
     async def scenario() -> None:
         slow = FailingProducer(slow=True)
         await ReplyCopies(slow, ReplyTopicCheck(listing), timeout_s=0.1)(
-            with_results("translate.replies.a"))
+            with_results("translate.replies.a")
+        )
         assert slow.calls == 1, "a copy that takes too long is given up, not retried"
         failing = FailingProducer()
         await ReplyCopies(failing, ReplyTopicCheck(listing), 1.0)(
-            with_results("translate.replies.a"))
+            with_results("translate.replies.a")
+        )
         unused = FailingProducer()
         await ReplyCopies(unused, ReplyTopicCheck(broken_listing), 1.0)(
-            with_results("translate.replies.a"))
+            with_results("translate.replies.a")
+        )
         await ReplyCopies(unused, ReplyTopicCheck(listing), 1.0)(
-            with_results("translate.replies.gone"))
+            with_results("translate.replies.gone")
+        )
         assert unused.calls == 0, "no listing, or the topic is gone: no copy"
 
     asyncio.run(scenario())

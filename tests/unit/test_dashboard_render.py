@@ -13,17 +13,36 @@ T0 = 1_700_000_000_000
 
 
 def window(pair: str, index: int, count: int, priority: str = "interactive") -> SlaWindow:
-    return SlaWindow(pair=pair, priority=priority, window_start=T0 + index * 5000,  # type: ignore[arg-type]
-                     window_end=T0 + (index + 1) * 5000, count=count, p50_ms=10.0, p95_ms=20.0,
-                     p99_ms=30.0, timeout_ratio=0.25, error_ratio=0.0, cache_hit_ratio=0.5,
-                     duplicates=2, met={"p95_ms": True, "timeout_ratio": False})
+    return SlaWindow(
+        pair=pair,
+        priority=priority,
+        window_start=T0 + index * 5000,  # type: ignore[arg-type]
+        window_end=T0 + (index + 1) * 5000,
+        count=count,
+        p50_ms=10.0,
+        p95_ms=20.0,
+        p99_ms=30.0,
+        timeout_ratio=0.25,
+        error_ratio=0.0,
+        cache_hit_ratio=0.5,
+        duplicates=2,
+        met={"p95_ms": True, "timeout_ratio": False},
+    )
 
 
 def late(request_id: str, index: int) -> LateResult:
-    return LateResult(request_id=request_id, pair="en_de", priority="interactive", status="ok",
-                      latency_ms=5, completed_at=T0 + index * 5000 + 1,
-                      window_start=T0 + index * 5000, window_end=T0 + (index + 1) * 5000,
-                      watermark=T0 + 60_000, late_by_ms=59_999)
+    return LateResult(
+        request_id=request_id,
+        pair="en_de",
+        priority="interactive",
+        status="ok",
+        latency_ms=5,
+        completed_at=T0 + index * 5000 + 1,
+        window_start=T0 + index * 5000,
+        window_end=T0 + (index + 1) * 5000,
+        watermark=T0 + 60_000,
+        late_by_ms=59_999,
+    )
 
 
 def template() -> str:
@@ -39,8 +58,12 @@ def test_empty_store_keeps_the_empty_message() -> None:
 
 def test_first_paint_shows_the_windows_the_server_has() -> None:
     store = WindowStore(10)
-    for w in (window("en_de", 0, 40), window("en_de", 1, 55), window("de_en", 0, 7),
-              window("en_de", 0, 9, priority="bulk")):
+    for w in (
+        window("en_de", 0, 40),
+        window("en_de", 1, 55),
+        window("de_en", 0, 7),
+        window("en_de", 0, 9, priority="bulk"),
+    ):
         store.add(w)
     store.add_late(late("a", 1))
     store.add_late(late("a", 1))  # the same record again: counted once
@@ -57,7 +80,18 @@ def test_first_paint_shows_the_windows_the_server_has() -> None:
     first_row = re.search(r"<tr [^>]*>(.*?)</tr>", en_de[0])
     assert first_row is not None
     assert re.findall(r"<td>(.*?)</td>", first_row[1])[1:] == [
-        "55", "10", "20", "30", "25.0%", "0.0%", "50.0%", "2", "2", "timeout_ratio", "final"]
+        "55",
+        "10",
+        "20",
+        "30",
+        "25.0%",
+        "0.0%",
+        "50.0%",
+        "2",
+        "2",
+        "timeout_ratio",
+        "final",
+    ]
     assert re.search(r'id="bulk-en_de"[^>]*hidden', page), "bulk hidden by default"
     assert "</script>" not in page.split('type="application/json">')[1].split("</script>")[0]
 
@@ -75,5 +109,9 @@ def test_subscribers_get_windows_and_late_counts() -> None:
 
     received = asyncio.run(scenario())
     assert [event for event, _ in received] == ["window"] * 3 + ["late"]
-    assert received[-1][1] == {"pair": "en_de", "priority": "interactive",
-                               "window_start": T0 + 10_000, "late": 1}
+    assert received[-1][1] == {
+        "pair": "en_de",
+        "priority": "interactive",
+        "window_start": T0 + 10_000,
+        "late": 1,
+    }

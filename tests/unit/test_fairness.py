@@ -21,7 +21,9 @@ class Clock:
 
 
 def drr(
-    weights: dict[str, float] | None = None, quantum: int = 10, max_items: int = 64,
+    weights: dict[str, float] | None = None,
+    quantum: int = 10,
+    max_items: int = 64,
     clock: Clock | None = None,
 ) -> DeficitRoundRobin[Item]:
     weights = weights or {}

@@ -178,7 +178,10 @@ def test_glossary_and_do_not_translate_terms(translator):
         f"Kafka {xa('and')} Babel Stream {xa('meet at the')} Bahnhof. Bahnhof {xa('at noon')}!"
     )
     assert {(h.source, h.count) for h in result.glossary_hits} == {
-        ("Kafka", 1), ("Babel Stream", 1), ("train station", 2)}
+        ("Kafka", 1),
+        ("Babel Stream", 1),
+        ("train station", 2),
+    }
 
 
 ISSUE_EXAMPLE = "Ünïcode café — naïve résumé 東京 🚆"

@@ -49,8 +49,15 @@ def free_port() -> int:
 
 def result(status: str = "ok", cache: str | None = "miss") -> TranslationResult:
     return TranslationResult(
-        request_id="r1", source_lang="en", target_lang="de", pair="en_de", status=status,
-        cache=cache, submitted_at=1000, completed_at=1250, latency_ms=250,
+        request_id="r1",
+        source_lang="en",
+        target_lang="de",
+        pair="en_de",
+        status=status,
+        cache=cache,
+        submitted_at=1000,
+        completed_at=1250,
+        latency_ms=250,
     )
 
 
@@ -63,8 +70,15 @@ class _FailingRedis:
 
 
 def test_metrics_endpoint_exposes_every_declared_metric() -> None:
-    stats = BatchStats(size=3, engine_batches=[2], engine_texts=2, engine_seconds=0.5,
-                       engine_input_tokens=10, engine_output_tokens=20, attempts=3)
+    stats = BatchStats(
+        size=3,
+        engine_batches=[2],
+        engine_texts=2,
+        engine_seconds=0.5,
+        engine_input_tokens=10,
+        engine_output_tokens=20,
+        attempts=3,
+    )
     metrics.record_batch("en_de", stats, [result(), result("timeout", None)], 0.6)
     metrics.record_route("routed")
     metrics.record_engine_call("en_de", "interactive", 0.04, 0.2)
@@ -90,24 +104,28 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
         assert re.search(rf"^# TYPE {name} (counter|gauge|histogram)$", text, re.M), name
     assert 'babelstream_requests_total{cache="miss",pair="en_de",status="ok"}' in text
     assert 'babelstream_requests_total{cache="none",pair="en_de",status="timeout"}' in text
-    assert ('babelstream_consumer_committed_lag{group="babelstream",partition="0",'
-            'topic="translate.requests.en_de"} 7.0') in text
+    assert (
+        'babelstream_consumer_committed_lag{group="babelstream",partition="0",'
+        'topic="translate.requests.en_de"} 7.0'
+    ) in text
     assert re.search(r"^babelstream_worker_ready 1\.0$", text, re.M)
     assert re.search(r'^babelstream_batch_retries_total\{pair="en_de"\} 2\.0$', text, re.M)
     assert re.search(r'^babelstream_engine_tokens_per_second\{pair="en_de"\} 40\.0$', text, re.M)
     assert re.search(r"^babelstream_cache_errors_total 1\.0$", text, re.M)
     assert 'babelstream_engine_padding_ratio_count{pair="en_de"} 1.0' in text
-    assert re.search(r'^babelstream_batching_knob\{knob="max_messages",pair="en_de"\} '
-                     rf'{controller.knobs.max_messages}\.0$', text, re.M)
+    assert re.search(
+        r'^babelstream_batching_knob\{knob="max_messages",pair="en_de"\} '
+        rf"{controller.knobs.max_messages}\.0$",
+        text,
+        re.M,
+    )
     # every exposed babelstream metric is declared in pipeline.metrics
-    exposed = set(re.findall(r"^# TYPE (babelstream_\w+) (?:counter|histogram|gauge)$", text,
-                             re.M))
+    exposed = set(re.findall(r"^# TYPE (babelstream_\w+) (?:counter|histogram|gauge)$", text, re.M))
     assert {n for n in exposed if not n.endswith("_created")} <= set(metrics.METRIC_NAMES)
 
 
 def test_inject_and_extract_trace_context(spans: InMemorySpanExporter) -> None:
-    upstream = [("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"),
-                ("x-app", b"kept")]
+    upstream = [("traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"), ("x-app", b"kept")]
     with tracer().start_as_current_span("parent", context=extract_context(upstream)) as span:
         headers = inject_headers(upstream, span)
     sc = span.get_span_context()
@@ -128,8 +146,10 @@ def test_inject_without_a_span_keeps_upstream_headers() -> None:
 
 
 def test_tracestate_travels(spans: InMemorySpanExporter) -> None:
-    upstream = [("traceparent", b"00-" + b"c" * 32 + b"-" + b"d" * 16 + b"-01"),
-                ("tracestate", b"vendor=abc")]
+    upstream = [
+        ("traceparent", b"00-" + b"c" * 32 + b"-" + b"d" * 16 + b"-01"),
+        ("tracestate", b"vendor=abc"),
+    ]
     span = tracer().start_span("child", context=extract_context(upstream))
     span.end()
     assert dict(inject_headers([], span))["tracestate"] == b"vendor=abc"

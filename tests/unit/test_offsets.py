@@ -90,8 +90,7 @@ class SkippingConsumer:
 
     def deliver(self) -> int | None:
         if self.seek_to is not None and self.stale_left <= 0:
-            self.pos = next((i for i, o in enumerate(self.log) if o >= self.seek_to),
-                            len(self.log))
+            self.pos = next((i for i, o in enumerate(self.log) if o >= self.seek_to), len(self.log))
             self.seek_to = None
         if self.pos >= len(self.log):
             if self.seek_to is None:

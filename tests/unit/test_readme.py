@@ -87,8 +87,9 @@ def test_every_documented_setting_exists(name: str) -> None:
 def test_every_command_in_the_readme_parses(args: list[str]) -> None:
     path, command, rest = _resolve(args)
     assert path, f"{args}: no such command"
-    assert not isinstance(command, click.Group) or command.invoke_without_command, \
+    assert not isinstance(command, click.Group) or command.invoke_without_command, (
         f"{args}: {path} needs a sub-command"
+    )
     options = {
         opt
         for p in command.params

@@ -29,7 +29,8 @@ async def _listing_scenario() -> None:
     listing = Listing({"translate.replies.a", "translate.results"})
     check = ReplyTopicCheck(listing, refresh_s=1.0, clock=lambda: now[0])
     assert await check.existing({"translate.replies.a", "translate.replies.b"}) == {
-        "translate.replies.a"}
+        "translate.replies.a"
+    }
     listing.topics = {"translate.replies.b", "translate.replies.c"}  # a deleted; b, c created
     assert await check.existing({"translate.replies.a"}) == {"translate.replies.a"}
     assert listing.calls == 1, "within the interval the listing of known names is reused"
@@ -37,7 +38,8 @@ async def _listing_scenario() -> None:
     assert listing.calls == 2, "a name the listing did not know is listed again at once"
     now[0] = 1.0
     assert await check.existing({"translate.replies.a", "translate.replies.b"}) == {
-        "translate.replies.b"}
+        "translate.replies.b"
+    }
     assert listing.calls == 3
     assert await check.existing(set()) == set() and listing.calls == 3
 

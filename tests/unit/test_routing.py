@@ -16,13 +16,20 @@ ROUTER = Router({"en_en-XA": "demo-v1"}, LimitSettings(default_timeout_ms=1234))
 
 
 def request(**changes: object) -> bytes:
-    doc = {"request_id": "r", "source_lang": "en", "target_lang": "en-XA", "text": "Hi",
-           "submitted_at": 5, **changes}
+    doc = {
+        "request_id": "r",
+        "source_lang": "en",
+        "target_lang": "en-XA",
+        "text": "Hi",
+        "submitted_at": 5,
+        **changes,
+    }
     return json.dumps(doc).encode()
 
 
-def route_one(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None
-              = None) -> Outgoing:
+def route_one(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]] | None = None
+) -> Outgoing:
     (out,) = ROUTER.route(key, value, REF, headers or [])
     return out
 
@@ -61,10 +68,18 @@ def test_error_results_go_to_the_shared_topic_and_carry_their_reply_topic() -> N
     assert (out.topic, out.reply_to) == ("translate.results", "my.replies")
 
 
-@pytest.mark.parametrize("value", [
-    b"nope", b"[1, 2]", b"\xff\xfe", None, request(request_id=""), request(request_id=7),
-    json.dumps({"text": "no id at all"}).encode(),
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"nope",
+        b"[1, 2]",
+        b"\xff\xfe",
+        None,
+        request(request_id=""),
+        request(request_id=7),
+        json.dumps({"text": "no id at all"}).encode(),
+    ],
+)
 def test_invalid_without_usable_id_goes_to_dlq_only(value: bytes | None) -> None:
     out = route_one(b"k", value)
     assert (out.kind, out.topic, out.key) == ("dead_letter", "translate.dlq", b"k")
@@ -83,25 +98,44 @@ def test_request_over_a_limit_is_dead_lettered_and_its_sender_told_why() -> None
     assert (letter.kind, letter.topic) == ("dead_letter", "translate.dlq")
     assert DeadLetter.from_json(letter.value).reason == "limit_exceeded"
     assert (reply.kind, reply.topic, reply.reply_to, reply.key, reply.headers) == (
-        "rejected", "translate.results", "my.replies", b"big", headers)
+        "rejected",
+        "translate.results",
+        "my.replies",
+        b"big",
+        headers,
+    )
     result = TranslationResult.from_json(reply.value)
     assert (result.status, result.reason, result.pair, result.tenant) == (
-        "error", "limit_exceeded", "en_en-XA", "acme")
+        "error",
+        "limit_exceeded",
+        "en_en-XA",
+        "acme",
+    )
     assert "18000 bytes" in (result.error or "")
     assert result.submitted_at == 5 and result.latency_ms == result.completed_at - 5
 
 
 def test_invalid_fields_of_a_rejected_request_are_replaced_or_left_out() -> None:
     before = now_ms()
-    value = request(request_id="bad", source_lang="english", submitted_at="yesterday",
-                    tenant="x" * 100, reply_to="not a topic!", job_id="j")
+    value = request(
+        request_id="bad",
+        source_lang="english",
+        submitted_at="yesterday",
+        tenant="x" * 100,
+        reply_to="not a topic!",
+        job_id="j",
+    )
     letter, reply = ROUTER.route(None, value, REF, [])
     assert DeadLetter.from_json(letter.value).reason == "invalid"
     result = TranslationResult.from_json(reply.value)
     assert (result.source_lang, result.target_lang, result.pair) == ("und", "en-XA", "und_en-XA")
     assert result.submitted_at >= before and result.latency_ms == 0  # its own time was invalid
     assert (result.tenant, result.job_id, reply.topic, reply.reply_to) == (
-        None, "j", "translate.results", None)
+        None,
+        "j",
+        "translate.results",
+        None,
+    )
     assert "source_lang" in (result.error or "") and result.reason == "invalid"
 
 

@@ -31,7 +31,11 @@ async def _run_order() -> list[str]:
 
 def test_interactive_jumps_the_queue_but_running_work_finishes() -> None:
     assert asyncio.run(_run_order()) == [
-        "bulk-running", "interactive-1", "interactive-2", "bulk-1", "bulk-2",
+        "bulk-running",
+        "interactive-1",
+        "interactive-2",
+        "bulk-1",
+        "bulk-2",
     ]
 
 

@@ -35,11 +35,16 @@ def test_bench_pairs_are_valid_pair_ids() -> None:
 
 def test_report_is_json_with_settings_and_the_ratio() -> None:
     settings = Settings()
-    full = run_report(settings, RunSummary((BatchStat(0, 900, 1000), BatchStat(1, 1100, 500)),
-                                           windows=8, wall_s=20.0), [])
-    baseline = run_report(settings, RunSummary((BatchStat(0, 1000, 500),
-                                                BatchStat(1, 1000, 400)), windows=8,
-                                               wall_s=15.0), [])
+    full = run_report(
+        settings,
+        RunSummary((BatchStat(0, 900, 1000), BatchStat(1, 1100, 500)), windows=8, wall_s=20.0),
+        [],
+    )
+    baseline = run_report(
+        settings,
+        RunSummary((BatchStat(0, 1000, 500), BatchStat(1, 1000, 400)), windows=8, wall_s=15.0),
+        [],
+    )
     assert full["results_per_s"] == 1333 and full["warm_results_per_s"] == 2200
     assert full["input_batches"] == [[900, 1000], [1100, 500]]
     doc = report(settings, {"full": full, "baseline": baseline}, {"results": 2000})

@@ -57,14 +57,23 @@ ROW: dict[str, Any] = {
     "rejected": 0,
     "sketch": bytearray(b"kll"),
 }
-SLA = SlaSettings(objectives=InteractiveObjectives(p95_ms=500, p99_ms=900, timeout_ratio=0.05,
-                                                  error_ratio=None))
+SLA = SlaSettings(
+    objectives=InteractiveObjectives(p95_ms=500, p99_ms=900, timeout_ratio=0.05, error_ratio=None)
+)
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("5s", 5.0), ("500ms", 0.5), ("1.5m", 90.0), ("2h", 7200.0), ("30", 30.0), (" 10 s ", 10.0),
-     ("0s", 0.0), ("30d", 2_592_000.0)],
+    [
+        ("5s", 5.0),
+        ("500ms", 0.5),
+        ("1.5m", 90.0),
+        ("2h", 7200.0),
+        ("30", 30.0),
+        (" 10 s ", 10.0),
+        ("0s", 0.0),
+        ("30d", 2_592_000.0),
+    ],
 )
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
@@ -78,8 +87,12 @@ def test_parse_duration_rejects(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "interval"),
-    [(5.0, "5000 milliseconds"), (0.25, "250 milliseconds"), (0.0, "0 milliseconds"),
-     (90.0, "90000 milliseconds")],
+    [
+        (5.0, "5000 milliseconds"),
+        (0.25, "250 milliseconds"),
+        (0.0, "0 milliseconds"),
+        (90.0, "90000 milliseconds"),
+    ],
 )
 def test_spark_interval(seconds: float, interval: str) -> None:
     assert spark_interval(seconds) == interval
@@ -93,7 +106,8 @@ def test_spark_interval_rejects_below_a_millisecond(seconds: float) -> None:
 
 def test_parse_thresholds() -> None:
     assert parse_thresholds(["en_de=3000", "en_en-XA = 250", "en_de=4000"]) == {
-        "en_de": 4000, "en_en-XA": 250,
+        "en_de": 4000,
+        "en_en-XA": 250,
     }
     assert parse_thresholds([]) == {}
 
@@ -116,32 +130,44 @@ def _python_type(annotation: Any) -> type:
     return annotation
 
 
-@pytest.mark.parametrize(("fields", "model"), [(RESULT_FIELDS, TranslationResult),
-                                                (TICK_FIELDS, Tick)])
+@pytest.mark.parametrize(
+    ("fields", "model"), [(RESULT_FIELDS, TranslationResult), (TICK_FIELDS, Tick)]
+)
 def test_parsed_fields_match_the_contract(fields: dict[str, str], model: type) -> None:
     """The job's explicit schemas are subsets of the contract, with matching types."""
     spark_types = {int: "BIGINT", str: "STRING"}
     declared = model.model_fields
-    assert {name: spark_types[_python_type(declared[name].annotation)] for name in fields} \
-        == fields
+    assert {name: spark_types[_python_type(declared[name].annotation)] for name in fields} == fields
     assert result_schema_ddl().startswith("request_id STRING, pair STRING, status STRING, ")
 
 
-def _window(row: dict[str, Any] | None = None, sla: SlaSettings = SLA,
-            burn: BurnRates | None = None) -> SlaWindow:
+def _window(
+    row: dict[str, Any] | None = None, sla: SlaSettings = SLA, burn: BurnRates | None = None
+) -> SlaWindow:
     return to_sla_window(WindowFigures.from_row(row or ROW), sla, burn or BurnRates())
 
 
 def test_to_sla_window_matches_the_json_schema() -> None:
     window = _window()
     assert window == SlaWindow(
-        pair="en_de", priority="interactive", window_start=1_700_000_000_000,
-        window_end=1_700_000_005_000, count=40, p50_ms=120.0, p95_ms=480.0, p99_ms=990.0,
-        timeout_ratio=0.075, error_ratio=0.025, cache_hit_ratio=0.5, cancel_ratio=0.05,
-        rejected_ratio=0.0, duplicates=3,
+        pair="en_de",
+        priority="interactive",
+        window_start=1_700_000_000_000,
+        window_end=1_700_000_005_000,
+        count=40,
+        p50_ms=120.0,
+        p95_ms=480.0,
+        p99_ms=990.0,
+        timeout_ratio=0.075,
+        error_ratio=0.025,
+        cache_hit_ratio=0.5,
+        cancel_ratio=0.05,
+        rejected_ratio=0.0,
+        duplicates=3,
         objectives={"p95_ms": 500.0, "p99_ms": 900.0, "timeout_ratio": 0.05},
         met={"p95_ms": True, "p99_ms": False, "timeout_ratio": False},
-        burn_rate_1h=0.075 / 0.05, burn_rate_6h=0.075 / 0.05,
+        burn_rate_1h=0.075 / 0.05,
+        burn_rate_6h=0.075 / 0.05,
     )
     document = json.loads(window.to_json())
     schema = json.loads((PROJECT_ROOT / "schemas" / "sla_window.v2.schema.json").read_text())
@@ -152,8 +178,9 @@ def test_to_sla_window_matches_the_json_schema() -> None:
 
 
 def test_bulk_windows_are_held_to_bulk_objectives() -> None:
-    sla = SlaSettings(bulk_objectives=BulkObjectives(timeout_ratio=0.1, min_throughput_per_s=10,
-                                                     error_ratio=None))
+    sla = SlaSettings(
+        bulk_objectives=BulkObjectives(timeout_ratio=0.1, min_throughput_per_s=10, error_ratio=None)
+    )
     window = _window({**ROW, "priority": "bulk"}, sla)
     assert window.objectives == {"timeout_ratio": 0.1, "min_throughput_per_s": 10.0}
     # 40 results in 5 s = 8/s, under the 10/s objective
@@ -162,19 +189,31 @@ def test_bulk_windows_are_held_to_bulk_objectives() -> None:
 
 
 def test_pair_objectives_override_the_defaults() -> None:
-    sla = SlaSettings(objectives=InteractiveObjectives(p95_ms=100, timeout_ratio=0.5, p99_ms=None,
-                                                       error_ratio=None),
-                      pair_objectives={"en_de": SloObjectives(p95_ms=600)})
+    sla = SlaSettings(
+        objectives=InteractiveObjectives(
+            p95_ms=100, timeout_ratio=0.5, p99_ms=None, error_ratio=None
+        ),
+        pair_objectives={"en_de": SloObjectives(p95_ms=600)},
+    )
     assert sla.objectives_for("en_de", "interactive").targets() == {
-        "p95_ms": 600.0, "timeout_ratio": 0.5}
+        "p95_ms": 600.0,
+        "timeout_ratio": 0.5,
+    }
     assert sla.objectives_for("de_en", "interactive").targets() == {
-        "p95_ms": 100.0, "timeout_ratio": 0.5}
+        "p95_ms": 100.0,
+        "timeout_ratio": 0.5,
+    }
     assert _window(sla=sla).met == {"p95_ms": True, "timeout_ratio": True}
 
 
 def test_without_a_timeout_objective_there_is_no_burn_rate() -> None:
-    window = _window(sla=SlaSettings(objectives=InteractiveObjectives(
-        p95_ms=None, p99_ms=2000, timeout_ratio=None, error_ratio=None)))
+    window = _window(
+        sla=SlaSettings(
+            objectives=InteractiveObjectives(
+                p95_ms=None, p99_ms=2000, timeout_ratio=None, error_ratio=None
+            )
+        )
+    )
     assert (window.burn_rate_1h, window.burn_rate_6h) == (None, None)
     assert window.met == {"p99_ms": True}
 
@@ -182,9 +221,13 @@ def test_without_a_timeout_objective_there_is_no_burn_rate() -> None:
 def test_objectives_met_at_the_boundary() -> None:
     window = _window()
     assert objectives_met(SloObjectives(p95_ms=480, timeout_ratio=0.075), window) == {
-        "p95_ms": True, "timeout_ratio": True}
+        "p95_ms": True,
+        "timeout_ratio": True,
+    }
     assert objectives_met(SloObjectives(error_ratio=0.02, min_throughput_per_s=8), window) == {
-        "error_ratio": False, "min_throughput_per_s": True}
+        "error_ratio": False,
+        "min_throughput_per_s": True,
+    }
 
 
 def test_burn_rates_by_hand() -> None:
@@ -197,7 +240,8 @@ def test_burn_rates_by_hand() -> None:
     end = 3 * half_hour
     # 1 h: windows ending at 1.0 h and 1.5 h (the one at 0.5 h is exactly 1 h before: out)
     assert burn.rates("en_de", "interactive", end, 0.01) == pytest.approx(
-        ((5 + 2) / (50 + 100) / 0.01, (1 + 0 + 5 + 2) / (100 + 200 + 50 + 100) / 0.01))
+        ((5 + 2) / (50 + 100) / 0.01, (1 + 0 + 5 + 2) / (100 + 200 + 50 + 100) / 0.01)
+    )
     assert burn.rates("en_de", "bulk", end, 0.01) == (None, None)
     burn.add("en_de", "interactive", end, 100, 7)  # a re-run batch replaces the window
     assert burn.rates("en_de", "interactive", end, 0.01)[0] == pytest.approx(12 / 150 / 0.01)
@@ -221,20 +265,36 @@ def test_to_sla_window_rejects_more_timeouts_than_results() -> None:
 def test_describe() -> None:
     line = describe(_window())
     assert line.startswith(
-        "en_de        inte [2023-11-14 22:13:20.000, 2023-11-14 22:13:25.000) n=40")
+        "en_de        inte [2023-11-14 22:13:20.000, 2023-11-14 22:13:25.000) n=40"
+    )
     assert "p95=480ms" in line and "timeout=0.075" in line and "cache_hit=0.500" in line
     assert line.endswith("dup=3 burn1h=1.50 missed=p99_ms,timeout_ratio")
 
 
 def test_late_result_and_watermark() -> None:
-    row = {"request_id": "r-9", "series": "unsupported", "priority": "interactive",
-           "status": "error", "latency_ms": 12, "completed_at": 1_700_000_001_000,
-           "window_start": 1_700_000_000_000, "window_end": 1_700_000_005_000}
+    row = {
+        "request_id": "r-9",
+        "series": "unsupported",
+        "priority": "interactive",
+        "status": "error",
+        "latency_ms": 12,
+        "completed_at": 1_700_000_001_000,
+        "window_start": 1_700_000_000_000,
+        "window_end": 1_700_000_005_000,
+    }
     late = to_late_result(row, 1_700_000_007_500)
-    assert late == LateResult(request_id="r-9", pair="unsupported", priority="interactive",
-                              status="error", latency_ms=12, completed_at=1_700_000_001_000,
-                              window_start=1_700_000_000_000, window_end=1_700_000_005_000,
-                              watermark=1_700_000_007_500, late_by_ms=6500)
+    assert late == LateResult(
+        request_id="r-9",
+        pair="unsupported",
+        priority="interactive",
+        status="error",
+        latency_ms=12,
+        completed_at=1_700_000_001_000,
+        window_start=1_700_000_000_000,
+        window_end=1_700_000_005_000,
+        watermark=1_700_000_007_500,
+        late_by_ms=6500,
+    )
 
 
 def _offsets(folder: Path, batch_id: int, watermark: int, ends: dict[str, dict[str, int]]) -> None:
@@ -252,13 +312,18 @@ def test_offset_log_says_which_watermark_judged_each_record(tmp_path: Path) -> N
     _offsets(offsets, 2, 900, {"res": {"0": 30, "1": 9}, "ticks": {"0": 2}})
     (offsets / "3").write_text("v1\n")  # being written
     (offsets / ".2.crc").write_text("")
-    ranges = {(r.topic, r.partition, r.start, r.end): (r.batch_id, r.watermark_ms)
-              for r in log.ranges()}
+    ranges = {
+        (r.topic, r.partition, r.start, r.end): (r.batch_id, r.watermark_ms) for r in log.ranges()
+    }
     assert ranges == {
-        ("res", 0, 0, 10): (0, 0), ("res", 1, 0, 4): (0, 0), ("ticks", 0, 0, 1): (0, 0),
+        ("res", 0, 0, 10): (0, 0),
+        ("res", 1, 0, 4): (0, 0),
+        ("ticks", 0, 0, 1): (0, 0),
         # batch 1 judged its input by batch 0's watermark, batch 2 by batch 1's
-        ("res", 0, 10, 25): (1, 0), ("ticks", 0, 1, 2): (1, 0),
-        ("res", 0, 25, 30): (2, 500), ("res", 1, 4, 9): (2, 500),
+        ("res", 0, 10, 25): (1, 0),
+        ("ticks", 0, 1, 2): (1, 0),
+        ("res", 0, 25, 30): (2, 500),
+        ("res", 1, 4, 9): (2, 500),
     }
     assert log.covers({("res", 0): 29, ("res", 1): 8})
     assert not log.covers({("res", 0): 30})
@@ -297,8 +362,12 @@ class FakeClock:
 
 
 def _report(batch: int, rows: int, ms: int = 200, ts: str = "t") -> dict[str, Any]:
-    return {"batchId": batch, "timestamp": f"{ts}{batch}", "numInputRows": rows,
-            "durationMs": {"triggerExecution": ms}}
+    return {
+        "batchId": batch,
+        "timestamp": f"{ts}{batch}",
+        "numInputRows": rows,
+        "durationMs": {"triggerExecution": ms},
+    }
 
 
 def test_progress_tracker_counts_each_report_once() -> None:
@@ -345,8 +414,11 @@ def test_progress_tracker_idles_after_the_last_input() -> None:
 
 
 def test_run_summary_rates() -> None:
-    summary = RunSummary((BatchStat(0, 1000, 2000), BatchStat(1, 3000, 1000),
-                          BatchStat(2, 1000, 1000)), windows=4, wall_s=9.0)
+    summary = RunSummary(
+        (BatchStat(0, 1000, 2000), BatchStat(1, 3000, 1000), BatchStat(2, 1000, 1000)),
+        windows=4,
+        wall_s=9.0,
+    )
     assert (summary.input_rows, summary.busy_s) == (5000, 4.0)
     assert summary.rows_per_busy_s == 1250.0
     assert summary.warm_rows_per_busy_s == 2000.0

@@ -31,11 +31,20 @@ def test_thresholds_per_pair() -> None:
 
 @pytest.mark.parametrize(
     "fields",
-    [{"thresholds_ms": {"ende": 5}}, {"thresholds_ms": {"en_de": -1}},
-     {"window_s": 5, "slide_s": 10}, {"window_s": 0}, {"sinks": ("kafka", "stdout")},
-     {"starting_offsets": "newest"}, {"sinks": ()},
-     {"pair_objectives": {"ende": {"p95_ms": 5}}}, {"objectives": {"timeout_ratio": 0}},
-     {"objectives": {"p95": 5}}, {"sketch_k": 4}, {"state_store": "memory"}],
+    [
+        {"thresholds_ms": {"ende": 5}},
+        {"thresholds_ms": {"en_de": -1}},
+        {"window_s": 5, "slide_s": 10},
+        {"window_s": 0},
+        {"sinks": ("kafka", "stdout")},
+        {"starting_offsets": "newest"},
+        {"sinks": ()},
+        {"pair_objectives": {"ende": {"p95_ms": 5}}},
+        {"objectives": {"timeout_ratio": 0}},
+        {"objectives": {"p95": 5}},
+        {"sketch_k": 4},
+        {"state_store": "memory"},
+    ],
 )
 def test_invalid_settings(fields: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
@@ -51,10 +60,10 @@ def test_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_overrides_keep_what_was_not_given() -> None:
     base = SlaSettings(thresholds_ms={"en_de": 800, "de_en": 900}, watermark_s=12.0)
-    sla = sla_settings(base, {"window_s": 10.0, "slide_s": None, "sinks": ("kafka",)},
-                       ("de_en=300", "fr_de=100"))
-    assert (sla.window_s, sla.slide_s, sla.watermark_s, sla.sinks) == (10.0, None, 12.0,
-                                                                        ("kafka",))
+    sla = sla_settings(
+        base, {"window_s": 10.0, "slide_s": None, "sinks": ("kafka",)}, ("de_en=300", "fr_de=100")
+    )
+    assert (sla.window_s, sla.slide_s, sla.watermark_s, sla.sinks) == (10.0, None, 12.0, ("kafka",))
     assert sla.thresholds_ms == {"en_de": 800, "de_en": 300, "fr_de": 100}
 
 
@@ -71,10 +80,12 @@ def test_summary_line() -> None:
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["--window", "5s", "--slide", "10s"], "must not exceed window"),
-     (["--threshold", "en_de"], "expected PAIR=MS"),
-     (["--sinks", "kafka,stdout"], "sinks"),
-     (["--watermark", "soon"], "invalid duration")],
+    [
+        (["--window", "5s", "--slide", "10s"], "must not exceed window"),
+        (["--threshold", "en_de"], "expected PAIR=MS"),
+        (["--sinks", "kafka,stdout"], "sinks"),
+        (["--watermark", "soon"], "invalid duration"),
+    ],
 )
 def test_bad_options_fail_before_spark_starts(args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, ["sla", *args])
@@ -106,4 +117,8 @@ def test_objectives_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("BABELSTREAM_SLA__OBJECTIVES__TIMEOUT_RATIO", "0.02")
     sla = Settings().sla
     assert sla.objectives_for("en_de", "interactive").targets() == {
-        "p95_ms": 1000.0, "p99_ms": 800.0, "timeout_ratio": 0.02, "error_ratio": 0.01}
+        "p95_ms": 1000.0,
+        "p99_ms": 800.0,
+        "timeout_ratio": 0.02,
+        "error_ratio": 0.01,
+    }

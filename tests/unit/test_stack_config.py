@@ -51,8 +51,10 @@ def test_redis_conf_foreground_loopback_with_marker(tmp_path: Path) -> None:
     assert "port 16379" in lines and "bind 127.0.0.1" in lines
     assert "daemonize no" in lines
     assert f"dir {tmp_path / 'data'}" in lines
-    assert any(line.startswith("proc-title-template") and str(tmp_path / "redis.conf") in line
-               for line in lines)
+    assert any(
+        line.startswith("proc-title-template") and str(tmp_path / "redis.conf") in line
+        for line in lines
+    )
 
 
 def test_topic_specs_cover_the_design() -> None:
@@ -84,6 +86,8 @@ def test_control_topics_are_compacted_and_cancels_expire_with_the_longest_deadli
     assert cancel["cleanup.policy"] == "compact,delete"
     assert cancel["retention.ms"] == "600000"
     assert specs["translate.dlq.replayed"].config == {"cleanup.policy": "compact"}
+
+
 def test_ticks_topic_keeps_heartbeats_briefly() -> None:
     settings = Settings(kafka=KafkaSettings(ticks_retention_ms=120_000))
     assert topic_specs(settings)["translate.ticks"].config == {"retention.ms": "120000"}
@@ -99,8 +103,10 @@ def test_topic_specs_reject_bad_pair() -> None:
     [
         ("kafka-clients-3.9.1.jar", "kafka-clients"),
         ("spark-sql-kafka-0-10_2.13-4.1.1.jar", "spark-sql-kafka-0-10_2.13"),
-        ("netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar",
-         "netty-transport-native-epoll"),
+        (
+            "netty-transport-native-epoll-4.1.118.Final-linux-x86_64.jar",
+            "netty-transport-native-epoll",
+        ),
         ("scala-library-2.13.17.jar", "scala-library"),
         ("HikariCP-2.5.1.jar", "HikariCP"),
         ("hive-shims-0.23-2.3.10.jar", "hive-shims-0.23"),
@@ -117,17 +123,29 @@ def test_spark_cluster_daemons_bind_to_the_configured_host_and_ports(tmp_path: P
     from pipeline.settings import SparkClusterSettings
     from pipeline.stack.spark import spark_home, spark_services
 
-    settings = Settings(stack=StackSettings(home=tmp_path),
-                        spark=SparkClusterSettings(master_port=17077, master_webui_port=18080,
-                                                   worker_port=17078, worker_webui_port=18081,
-                                                   workers=2, worker_cores=1))
+    settings = Settings(
+        stack=StackSettings(home=tmp_path),
+        spark=SparkClusterSettings(
+            master_port=17077,
+            master_webui_port=18080,
+            worker_port=17078,
+            worker_webui_port=18081,
+            workers=2,
+            worker_cores=1,
+        ),
+    )
     master, *workers = spark_services(settings)
-    assert [s.name for s in (master, *workers)] == ["spark-master", "spark-worker-0",
-                                                    "spark-worker-1"]
+    assert [s.name for s in (master, *workers)] == [
+        "spark-master",
+        "spark-worker-0",
+        "spark-worker-1",
+    ]
     command = master.command()
     assert command[0] == "env" and f"{spark_home()}/bin/spark-class" in command
-    assert "SPARK_LOCAL_IP=127.0.0.1" in command and f"SPARK_DAEMON_JAVA_OPTS={master.marker}" \
-        in command
+    assert (
+        "SPARK_LOCAL_IP=127.0.0.1" in command
+        and f"SPARK_DAEMON_JAVA_OPTS={master.marker}" in command
+    )
     assert command[-6:] == ["--host", "127.0.0.1", "--port", "17077", "--webui-port", "18080"]
     worker = workers[1].command()
     assert worker[-1] == "spark://127.0.0.1:17077"

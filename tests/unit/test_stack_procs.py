@@ -23,8 +23,12 @@ from pipeline.stack.procs import (
 @pytest.fixture
 def sleeper(tmp_path: Path) -> Iterator[ProcessRecord]:
     marker = str(tmp_path / "marker")
-    record = spawn([sys.executable, "-c", "import time; time.sleep(60)", marker],
-                   tmp_path / "log" / "sleep.log", tmp_path, marker)
+    record = spawn(
+        [sys.executable, "-c", "import time; time.sleep(60)", marker],
+        tmp_path / "log" / "sleep.log",
+        tmp_path,
+        marker,
+    )
     yield record
     terminate(record, grace_s=1)
 
@@ -68,8 +72,10 @@ def test_terminate_is_graceful_and_reaps(sleeper: ProcessRecord) -> None:
 
 def test_terminate_kills_what_ignores_sigterm(tmp_path: Path) -> None:
     marker = str(tmp_path / "stubborn")
-    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "print('ready', flush=True); time.sleep(60)")
+    code = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
     record = spawn([sys.executable, "-c", code, marker], tmp_path / "s.log", tmp_path, marker)
     log = tmp_path / "s.log"
     while "ready" not in log.read_text():

@@ -25,7 +25,9 @@ def test_one_tick_per_served_pair_with_the_clock() -> None:
     source = TickSource(["en_de", "de_en", "en_de"], "worker-a", clock)
     first = source.records()
     assert [(topic, key) for topic, key, _ in first] == [
-        ("translate.ticks", b"de_en"), ("translate.ticks", b"en_de")]
+        ("translate.ticks", b"de_en"),
+        ("translate.ticks", b"en_de"),
+    ]
     ticks = [Tick.from_json(value) for _, _, value in first]
     assert {t.emitted_at for t in ticks} == {1_700_000_001_000}, "one clock reading per round"
     assert {(t.worker, t.pair) for t in ticks} == {("worker-a", "de_en"), ("worker-a", "en_de")}
@@ -37,8 +39,12 @@ def test_ticks_follow_the_json_schema() -> None:
     schema = json.loads((PROJECT_ROOT / "schemas" / "tick.v1.schema.json").read_text())
     for _, _, value in TickSource(["en_en-XA"], "w", lambda: 5).records():
         jsonschema.validate(json.loads(value), schema)
-        assert json.loads(value) == {"schema_version": 1, "worker": "w", "pair": "en_en-XA",
-                                     "emitted_at": 5}
+        assert json.loads(value) == {
+            "schema_version": 1,
+            "worker": "w",
+            "pair": "en_en-XA",
+            "emitted_at": 5,
+        }
 
 
 def test_no_pairs_no_ticks_and_another_topic() -> None:
