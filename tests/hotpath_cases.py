@@ -274,18 +274,23 @@ async def the_second_level_cache_answers(h: Harness) -> None:
 
 async def cancelled_requests_are_not_translated(h: Harness) -> None:
     bulk = {"job_id": f"job-{h.marker}", "doc_id": "d", "segment_index": 0}
-    for cancel in cancels_for([f"{h.marker}-1"], [f"job-{h.marker}"]):
+    requests = [
+        h.request(0, "keep me"),
+        h.request(1, "drop me"),
+        h.request(2, "drop the job", **bulk),
+    ]
+    # a cancel covers requests submitted up to its stamp: stamped after these were
+    stamp = max(r.submitted_at for r in requests)
+    for cancel in cancels_for([f"{h.marker}-1"], [f"job-{h.marker}"], at=stamp):
         h.cancels.add(cancel)
-    batch = await h.run(
-        [h.request(0, "keep me"), h.request(1, "drop me"), h.request(2, "drop the job", **bulk)]
-    )
+    batch = await h.run(requests)
     results = await h.results(3)
     assert [results[f"{h.marker}-{i}"].status for i in range(3)] == ["ok", "cancelled", "cancelled"]
     assert {results[f"{h.marker}-{i}"].reason for i in (1, 2)} == {"cancelled"}
     assert h.translator.texts == ["keep me"], "no compute for cancelled requests"
     assert batch.stats.by_status == {"ok": 1, "cancelled": 2}
     # submitted after the cancel: a rerun of the job is translated
-    later = h.request(3, "the job again", **bulk)
+    later = h.request(3, "the job again", **bulk, submitted_at=stamp + 1)
     await h.run([later.model_copy(update={"request_id": f"{h.marker}-2"})])
     assert "the job again" in h.translator.texts
 

@@ -177,7 +177,9 @@ def test_bulk_run_reports_progress_lines_off_a_terminal(
     assert run.returncode == 0, run.stderr
     lines = run.stderr.splitlines()
     assert "\r" not in run.stderr
-    assert any(line.startswith("completed: 6/6 (100%)") and "seg/s" in line for line in lines)
+    # two bars, as lines: segments (their count is known only once all are read) and documents
+    assert any(line.startswith("segments: 6,") and "seg/s" in line for line in lines)
+    assert any(line.startswith("documents: 3/3 (100%)") for line in lines)
     assert "ERROR" not in run.stderr
     assert pq.read_table(out).column("status").to_pylist() == ["ok"] * 3
 

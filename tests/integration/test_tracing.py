@@ -121,12 +121,22 @@ def worker_spans(
         time.sleep(0.2)
 
 
-def linked_batches(span_file: Path, trace_id: str, span_id: str) -> list[dict[str, Any]]:
-    return [
-        span
-        for span in read_span_file(span_file)
-        if span["name"] == "batch" and {"trace_id": trace_id, "span_id": span_id} in span["links"]
-    ]
+def linked_batches(
+    span_file: Path, trace_id: str, span_id: str, timeout_s: float = 15.0
+) -> list[dict[str, Any]]:
+    """The batch spans linked to one request span, once there are any (a batch span ends
+    after the request spans it carries, so it may reach the file a moment later)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        linked = [
+            span
+            for span in read_span_file(span_file)
+            if span["name"] == "batch"
+            and {"trace_id": trace_id, "span_id": span_id} in span["links"]
+        ]
+        if linked or time.monotonic() > deadline:
+            return linked
+        time.sleep(0.2)
 
 
 def test_one_trace_from_submit_to_result(
