@@ -50,7 +50,13 @@ from pipeline.steps.runner import BatchRunner, RetryPolicy
 from pipeline.ticks import TickSource
 from workers.control import Controls, Held, held_of
 from workers.dedup import FaustDedupWindow
-from workers.faust_adapter import assigned_partitions, micro_batches, record_of, tp_of
+from workers.faust_adapter import (
+    MembershipLease,
+    assigned_partitions,
+    micro_batches,
+    record_of,
+    tp_of,
+)
 from workers.offsets import OffsetKeeper
 from workers.producer import FaustProducer
 from workers.stats import WorkerStats
@@ -94,6 +100,9 @@ class WorkerShell:
         self.draining = False
         self.exit_code = 0
         self.joined = False
+        self.lease = MembershipLease(ctx.settings.worker.session_timeout_s)
+        self._lapse_logged = False
+        self._lease_poll_s = ctx.settings.worker.session_timeout_s / 20
         # set by the process that runs the worker: stop the worker (drain first)
         self.request_stop: Callable[[], None] = lambda: None
         self._busy = 0
@@ -151,9 +160,30 @@ class WorkerShell:
         while admitted:
             if self.draining:
                 await self._never.wait()
+            if not await self._member_of(tickets[0].epoch):
+                return  # the partitions moved: their new owner reads these records again
             size = max(1, batch_size()) if batch_size is not None else len(admitted)
             await self._process(admitted[:size], tickets[:size], runner, window)
             admitted, tickets = admitted[size:], tickets[size:]
+
+    async def _member_of(self, epoch: int) -> bool:
+        """Wait while the group may have evicted us; False once the assignment changed.
+
+        A worker cut off from the brokers keeps fetched records, and once the cut
+        heals it could process and publish them before its next heartbeat tells
+        it that its partitions went to another worker (which answered them).
+        """
+        while self.lease.lapsed_s > 0 and self.offsets.ledger.epoch == epoch:
+            if not self._lapse_logged:
+                self._lapse_logged = True
+                log.warning(
+                    "no heartbeat answered for over the session timeout: the group may "
+                    "have given our partitions to another worker; holding fetched records "
+                    "until it confirms our membership or reassigns them"
+                )
+            await asyncio.sleep(self._lease_poll_s)
+        self._lapse_logged = False
+        return self.offsets.ledger.epoch == epoch
 
     async def _process(
         self,
@@ -505,6 +535,8 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
 
     async def on_assigned(_app: Any, assigned: set[FaustTP], **_: Any) -> None:
         shell.offsets.on_assigned()
+        shell.lease.confirm()
+        shell.lease.watch(app)
         if not shell.joined:
             shell.joined = True
             log.info(

@@ -13,7 +13,12 @@ API, and each use is here, with why:
   is written;
 * the worker's signal handlers (``mode.Worker._on_sigterm`` / ``_on_sigint``):
   a stop first drains the running batch and commits it, then lets Faust stop;
-* the worker's shutdown trigger (``mode.Worker._schedule_shutdown``).
+* the worker's shutdown trigger (``mode.Worker._schedule_shutdown``);
+* the group coordinator's heartbeat (aiokafka's ``GroupCoordinator._do_heartbeat``,
+  reached through Faust's consumer thread): a member cut off from the brokers
+  is evicted after its session timeout but only learns so at its next answered
+  heartbeat, and meanwhile aiokafka goes on delivering what it fetches for the
+  partitions it lost. :class:`MembershipLease` times the answered heartbeats.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -95,6 +101,46 @@ async def commit_offsets(app: faust.App, offsets: Mapping[TopicPartition, int]) 
 
 def assigned_partitions(app: faust.App) -> set[TopicPartition]:
     return {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+
+
+class MembershipLease:
+    """Whether the group has confirmed this member within a session timeout.
+
+    Confirmed by every answered heartbeat and every assignment. Once lapsed the
+    coordinator has evicted the member (or is about to): its partitions belong
+    to another worker, and what it still fetched for them must not be processed.
+    Written from Faust's consumer thread, read on the worker's loop (one float).
+    """
+
+    def __init__(self, session_timeout_s: float) -> None:
+        self._timeout = session_timeout_s
+        self._confirmed = time.monotonic()
+        self._watched: Any = None
+
+    def confirm(self) -> None:
+        self._confirmed = time.monotonic()
+
+    @property
+    def lapsed_s(self) -> float:
+        """Seconds since the session ran out (0 while it holds)."""
+        return max(0.0, time.monotonic() - self._confirmed - self._timeout)
+
+    def watch(self, app: faust.App) -> None:
+        """Confirm at each answered heartbeat of the app's consumer (once per coordinator)."""
+        consumer = cast(Any, app.consumer)._thread._ensure_consumer()
+        coordinator = consumer._coordinator
+        if coordinator is None or coordinator is self._watched:
+            return
+        beat = coordinator._do_heartbeat
+
+        async def answered_heartbeat() -> bool:
+            ok = bool(await beat())
+            if ok:
+                self.confirm()
+            return ok
+
+        coordinator._do_heartbeat = answered_heartbeat
+        self._watched = coordinator
 
 
 class DrainingWorker(faust.Worker):
