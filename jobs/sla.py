@@ -1,13 +1,15 @@
 """Spark Structured Streaming SLA job: windowed figures per pair and priority class.
 
-Two queries over one Kafka source (``translate.results`` + ``translate.ticks``):
-
-**Windows** (checkpoint ``<checkpoint>``): parse with explicit schemas
+One query over one Kafka source (``translate.results`` + ``translate.ticks``),
+read and parsed once per micro-batch: parse with explicit schemas
 (:data:`pipeline.sla.RESULT_FIELDS` / :data:`~pipeline.sla.TICK_FIELDS`; records
 that are not JSON or lack a field are skipped) → event time = ``completed_at``
-(a tick's ``emitted_at``) → ``withWatermark`` → de-duplicate by ``request_id``
+(a tick's ``emitted_at``) → ``withWatermark`` → one shuffle by ``request_id``
+that every branch below reads (Spark reuses the exchange, so the source is
+scanned once) → the *windows* branch: de-duplicate by ``request_id``
 (``dropDuplicatesWithinWatermark``) → ``window(event_time, size[, slide])`` ×
-series × priority → figures → append mode → ``foreachBatch`` to the sinks.
+series × priority → figures; and the *late-rows* branch: each result with its
+windows, no state → append mode → one ``foreachBatch`` writes both to the sinks.
 
 - *Series*: the result's pair, or ``unsupported`` for every result the router
   gave ``reason = unsupported_pair`` (one series, not a chart per typo).
@@ -47,22 +49,15 @@ has closed anyway: a row is dropped or counted identically with or without
 dedup, and ``duplicates`` (rows received − rows counted, per window) holds
 repeats only.
 
-**Late rows** (checkpoint ``<checkpoint>/late``): a second, stateless query
-over the same source assigns each result its windows and keeps those whose
-window the windows query had closed when it read the row: ``translate.sla.late``
-(LateResult, one per row and missed window, with the watermark and how far
-behind it the row was) and a Parquet history. Spark drops such rows with only
-a global counter; the side query compares each row's window with the
-windows query's watermark. Batch edges: the two queries cut the stream into
-different micro-batches, so the late query does not use the windows query's
-latest watermark (a row read just before the watermark moved would be
-misjudged) but the one of the windows batch that read the row, from the
-windows query's offset log (:class:`pipeline.sla.OffsetLog`; Spark ≥ 3.4 drops
-a batch's late input by the previous batch's watermark). It waits for the
-windows query to plan that batch; the approximation left is at a stop: rows
-the windows query has not read yet are not judged (and, with the late query's
-batch committed, never will be), and rows read by batches the offset log no
-longer retains (over 100 batches behind) are skipped.
+*Late rows*: Spark drops rows behind the watermark with only a global
+counter. The late-rows branch passes every result with each of its windows
+to ``foreachBatch``, which keeps those the stateful operators of the same
+micro-batch dropped: window end − 1 ms at or before the watermark the batch
+judges late input by (:func:`pipeline.sla.late_watermark`, from the query's
+offset log). They go to ``translate.sla.late`` (LateResult, one per row and
+missed window, with the watermark and how far behind it the row was) and a
+Parquet history. Rows and windows come from the same micro-batch, so every
+row is judged by exactly the watermark that dropped (or kept) it.
 
 *Delivery*: Spark commits a micro-batch to the checkpoint after
 ``foreachBatch`` returns and re-runs an uncommitted one with the same id and
@@ -82,7 +77,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +97,6 @@ from pipeline.sla import (
     TICK_FIELDS,
     BatchLog,
     BurnRates,
-    OffsetLog,
     ProgressTracker,
     RunSummary,
     SlaJobError,
@@ -112,6 +105,7 @@ from pipeline.sla import (
     describe,
     history_row,
     input_rows,
+    late_watermark,
     result_schema_ddl,
     schema_ddl,
     spark_interval,
@@ -156,9 +150,9 @@ def build_session(settings: Settings) -> SparkSession:
 def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     """Results and ticks from one Kafka source, parsed; ticks have ``is_result`` false.
 
-    Columns: ``kafka_topic``, ``kafka_partition``, ``kafka_offset``, ``is_result``,
-    ``request_id``, ``series``, ``priority``, ``status``, ``cache``, ``latency_ms``,
-    ``completed_at``, ``event_time``.
+    Columns: ``is_result``, ``request_id``, ``series``, ``priority``, ``status``,
+    ``cache``, ``latency_ms``, ``event_time`` (a result's ``completed_at``, a
+    tick's ``emitted_at``): only what the windows need (see :func:`stamped_rows`).
     """
     sla = settings.sla
     reader = (
@@ -175,9 +169,6 @@ def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     is_tick = F.col("topic") == sla.ticks_topic
     value = F.col("value").cast("string")
     parsed = source.select(
-        F.col("topic").alias("kafka_topic"),
-        F.col("partition").alias("kafka_partition"),
-        F.col("offset").alias("kafka_offset"),
         is_tick.alias("is_tick"),
         F.when(~is_tick, F.from_json(value, result_schema_ddl())).alias("r"),
         F.when(is_tick, F.from_json(value, schema_ddl(TICK_FIELDS))).alias("t"),
@@ -193,9 +184,6 @@ def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
     )
     unsupported = F.col("r.reason") == UNSUPPORTED_PAIR_REASON
     return complete.select(
-        "kafka_topic",
-        "kafka_partition",
-        "kafka_offset",
         (~F.col("is_tick")).alias("is_result"),
         F.col("r.request_id").alias("request_id"),
         F.when(unsupported, F.lit(UNSUPPORTED_SERIES)).otherwise(F.col("r.pair")).alias("series"),
@@ -205,7 +193,6 @@ def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:
         F.col("r.status").alias("status"),
         F.col("r.cache").alias("cache"),
         F.col("r.latency_ms").alias("latency_ms"),
-        F.col("r.completed_at").alias("completed_at"),
         F.timestamp_millis(F.coalesce(F.col("r.completed_at"), F.col("t.emitted_at"))).alias(
             "event_time"
         ),
@@ -225,7 +212,7 @@ def windowed(stream: DataFrame, sla: SlaSettings) -> DataFrame:
 
     Adds ``window_time`` (window end − 1 ms: the event time the job's watermark
     and de-duplication use) and ``slot`` (which of a row's windows this copy
-    is, 0 for tumbling windows), drops ``event_time``.
+    is, 0 for tumbling windows).
     """
     window_ms = round(sla.window_s * 1000)
     slide_ms = round((sla.slide_s or sla.window_s) * 1000)
@@ -238,13 +225,35 @@ def windowed(stream: DataFrame, sla: SlaSettings) -> DataFrame:
         else F.lit(0)
     )
     return rows.select(
-        *(name for name in stream.columns if name != "event_time"),
+        *stream.columns,
         (F.col("w.end") - F.expr("INTERVAL 1 MILLISECOND")).alias("window_time"),
         slot.cast("int").alias("slot"),
     )
 
 
-def _counted_rows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
+def stamped_rows(stream: DataFrame, sla: SlaSettings, late_rows: bool) -> DataFrame:
+    """The windowed, watermarked rows every branch of the query reads.
+
+    With more than one branch (de-duplication, late rows) the parsed rows pass
+    one shuffle by ``request_id`` first, and every branch reads that same
+    exchange: Spark plans one exchange for identical subtrees and reuses it,
+    so the source is read and parsed once per micro-batch, not once per
+    branch. Identical means the same columns too: every branch uses every
+    column of :func:`read_stream` (the late rows carry them all), so column
+    pruning cuts no branch's exchange apart. With tumbling windows the
+    shuffle is also the one the dedup operator needs (its key is the request
+    id alone then).
+    """
+    shared = stream if not (sla.dedup or late_rows) else stream.repartition("request_id")
+    return windowed(shared, sla).withWatermark("window_time", spark_interval(sla.watermark_s))
+
+
+def _dedup_keys(sla: SlaSettings) -> list[str]:
+    """A result's copies per window slot (tumbling windows: one slot, the request id)."""
+    return ["request_id"] if sla.slide_s in (None, sla.window_s) else ["request_id", "slot"]
+
+
+def _counted_rows(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
     """The watermarked rows, each marked ``counted`` (a first copy) or not (a repeat).
 
     With dedup, the rows go to the aggregation twice: all of them (``counted``
@@ -253,11 +262,10 @@ def _counted_rows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     row is dropped as late by both or by neither, and ``received − count`` is
     the number of repeats.
     """
-    stamped = windowed(stream, sla).withWatermark("window_time", spark_interval(sla.watermark_s))
     if not sla.dedup:
         return stamped.withColumn("counted", F.lit(True))
     received = stamped.withColumn("counted", F.lit(False))
-    first_copies = stamped.dropDuplicatesWithinWatermark(["request_id", "slot"]).withColumn(
+    first_copies = stamped.dropDuplicatesWithinWatermark(_dedup_keys(sla)).withColumn(
         "counted", F.lit(True)
     )
     return received.unionByName(first_copies)
@@ -267,9 +275,9 @@ def _occurrences(condition: Column) -> Column:
     return F.sum(F.when(condition, 1).otherwise(0))
 
 
-def sla_windows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
+def sla_windows(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
     """Watermarked window × series × priority aggregation; one row per finished window."""
-    rows = _counted_rows(stream, sla)
+    rows = _counted_rows(stamped, sla)
     counted = F.col("is_result") & F.col("counted")
     timed_out = (F.col("status") == "timeout") | (F.col("latency_ms") > threshold_ms(sla))
     latency = F.when(counted, F.col("latency_ms"))
@@ -317,20 +325,40 @@ def sla_windows(stream: DataFrame, sla: SlaSettings) -> DataFrame:
     )
 
 
-def windowed_results(stream: DataFrame, sla: SlaSettings) -> DataFrame:
-    """Each result once per window it belongs to (no state, no watermark): the late query."""
-    return windowed(stream.where(F.col("is_result")), sla).select(
-        "kafka_topic",
-        "kafka_partition",
-        "kafka_offset",
-        "request_id",
-        "series",
-        "priority",
-        "status",
-        "latency_ms",
-        "completed_at",
-        (F.unix_millis("window_time") + 1 - round(sla.window_s * 1000)).alias("window_start"),
-        (F.unix_millis("window_time") + 1).alias("window_end"),
+def windowed_results(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
+    """Every row once per window it belongs to, with the window's bounds (no state).
+
+    The late-rows branch: ``foreachBatch`` keeps the results among them whose
+    window had closed (:meth:`JobSinks.late_filter`). It keeps every column,
+    ticks included, so that its plan reads the same shuffle as the windows
+    branch (see :func:`stamped_rows`): filtering or pruning here would be
+    pushed below the exchange and give this branch a source scan of its own.
+    """
+    window_end = F.unix_millis("window_time") + 1
+    return stamped.select(
+        *stamped.columns,
+        F.unix_millis("event_time").alias("completed_at"),
+        (window_end - round(sla.window_s * 1000)).alias("window_start"),
+        window_end.alias("window_end"),
+    )
+
+
+def job_output(stream: DataFrame, sla: SlaSettings, late_rows: bool) -> DataFrame:
+    """What each micro-batch hands to ``foreachBatch``: finished windows and result rows.
+
+    One column per branch, ``window`` (a struct of :func:`sla_windows`' columns)
+    and, with ``late_rows``, ``late`` (a struct of :func:`windowed_results`'
+    columns); each row fills one of them. The sinks keep the result rows the
+    batch judged late (:meth:`JobSinks.late_filter`).
+    """
+    stamped = stamped_rows(stream, sla, late_rows)
+    windows = sla_windows(stamped, sla)
+    output = windows.select(F.struct(*windows.columns).alias("window"))
+    if not late_rows:
+        return output
+    results = windowed_results(stamped, sla)
+    return output.unionByName(
+        results.select(F.struct(*results.columns).alias("late")), allowMissingColumns=True
     )
 
 
@@ -405,7 +433,7 @@ class _BatchSinks:
 
 
 class WindowSinks:
-    """The windows query's ``foreachBatch`` target: each batch's finished windows to every sink."""
+    """Each batch's finished windows to every sink."""
 
     def __init__(self, settings: Settings, kafka: KafkaSink) -> None:
         sla = settings.sla
@@ -440,14 +468,15 @@ class WindowSinks:
                 round(window.timeout_ratio * window.count),
             )
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        rows = sorted(
-            (WindowFigures.from_row(row.asDict(recursive=True)) for row in batch.collect()),
+    def write(self, windows: list[dict[str, Any]], batch_id: int) -> None:
+        """One batch's windows (rows of :func:`sla_windows`), in time order, to every sink."""
+        figures = sorted(
+            (WindowFigures.from_row(row) for row in windows),
             key=lambda f: (f.window_start, f.series, f.priority),
         )
-        if rows:
+        if figures:
             self._batches.write(
-                [(to_sla_window(f, self._sla, self._burn), f.sketch) for f in rows], batch_id
+                [(to_sla_window(f, self._sla, self._burn), f.sketch) for f in figures], batch_id
             )
 
     def _to_kafka(self, items: list[tuple[SlaWindow, bytes | None]], _batch_id: int) -> None:
@@ -470,68 +499,29 @@ class WindowSinks:
 
 
 class LateSinks:
-    """The late query's ``foreachBatch`` target: rows whose window the windows query closed.
+    """Each batch's late rows (results whose window the batch found closed) to the sinks."""
 
-    Each row is judged by the watermark the windows query judged it by: the
-    windows query's offset log (:class:`pipeline.sla.OffsetLog`) says which of
-    its batches read the row's offset and with which watermark. The late batch
-    first waits until the windows query has planned batches covering all its
-    rows (it is usually ahead); when the job is stopping it judges what is
-    covered and leaves the rest (the only approximation left).
-    """
-
-    def __init__(self, settings: Settings, kafka: KafkaSink, halt: threading.Event) -> None:
+    def __init__(self, settings: Settings, kafka: KafkaSink) -> None:
         sla = settings.sla
         self._sla = sla
         self._kafka = kafka
-        self._halt = halt
-        self._offsets = OffsetLog(sla.checkpoint_dir)
         writers: dict[str, Callable[[list[Any], int], None]] = {}
         if "kafka" in sla.sinks:
             writers["late-kafka"] = self._to_kafka
         if "parquet" in sla.sinks:
             writers["late-parquet"] = self._to_parquet
-        self._batches = _BatchSinks(sla.checkpoint_dir / "late", writers, "late rows")
+        self._batches = _BatchSinks(sla.checkpoint_dir, writers, "late rows")
 
     @property
     def rows(self) -> int:
         return self._batches.written
 
-    def _wait_for_coverage(self, batch: DataFrame) -> None:
-        needed = {
-            (row[0], row[1]): row[2]
-            for row in batch.groupBy("kafka_topic", "kafka_partition")
-            .agg(F.max("kafka_offset"))
-            .collect()
-        }
-        while not self._offsets.covers(needed) and not self._halt.wait(_POLL_S):
-            pass
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        self._wait_for_coverage(batch)
-        ranges = self._offsets.ranges()
-        if not ranges:
-            return
-        judged = batch.sparkSession.createDataFrame(
-            [(r.topic, r.partition, r.start, r.end, r.watermark_ms) for r in ranges],
-            "r_topic STRING, r_partition INT, r_start BIGINT, r_end BIGINT, watermark BIGINT",
-        )
-        read_by = (
-            (F.col("kafka_topic") == F.col("r_topic"))
-            & (F.col("kafka_partition") == F.col("r_partition"))
-            & (F.col("kafka_offset") >= F.col("r_start"))
-            & (F.col("kafka_offset") < F.col("r_end"))
-        )
-        # the aggregation's own test: window_time (end - 1 ms) at or before the watermark
-        late = (
-            batch.join(F.broadcast(judged), read_by)
-            .where(F.col("window_end") - 1 <= F.col("watermark"))
-            .collect()
-        )
-        if late:
+    def write(self, rows: list[dict[str, Any]], watermark_ms: int, batch_id: int) -> None:
+        """One batch's late rows (of :func:`windowed_results`), judged by ``watermark_ms``."""
+        if rows:
             self._batches.write(
                 sorted(
-                    (to_late_result(row.asDict(), int(row["watermark"])) for row in late),
+                    (to_late_result(row, watermark_ms) for row in rows),
                     key=lambda r: (r.window_start, r.pair, r.request_id),
                 ),
                 batch_id,
@@ -544,50 +534,41 @@ class LateSinks:
         write_parquet(self._sla.late_history_dir, "late", [r.model_dump() for r in rows], batch_id)
 
 
-@dataclass
-class QuerySpec:
-    """One streaming query of the job: how to start it, where it checkpoints."""
+class JobSinks:
+    """The query's ``foreachBatch`` target: finished windows and late rows of each batch.
 
-    name: str
-    checkpoint: Path
-    start: Callable[[], StreamingQuery]
+    One action per batch: Spark filters the result rows down to the late ones
+    (window end − 1 ms at or before the watermark this batch drops late input
+    by, :func:`pipeline.sla.late_watermark`), and only the windows and those
+    rows reach the driver.
+    """
 
+    def __init__(self, settings: Settings, windows: WindowSinks, late: LateSinks | None) -> None:
+        self._checkpoint = settings.sla.checkpoint_dir
+        self.windows = windows
+        self.late = late
 
-def query_specs(
-    spark: SparkSession, settings: Settings, windows: WindowSinks, late: LateSinks | None
-) -> list[QuerySpec]:
-    """The windows query and (unless disabled) the late-rows query."""
-    sla = settings.sla
-    stream = read_stream(spark, settings)
-    trigger = spark_interval(sla.trigger_s)
+    @staticmethod
+    def late_filter(watermark_ms: int) -> Column:
+        """The rows to collect: windows, and result rows whose window had closed."""
+        # the stateful operators' own test: window_time (end - 1 ms) at or before the watermark
+        closed = F.col("late.window_end") - 1 <= watermark_ms
+        return F.col("window").isNotNull() | (F.col("late.is_result") & closed)
 
-    def start_windows() -> StreamingQuery:
-        return (
-            sla_windows(stream, sla)
-            .writeStream.outputMode("append")
-            .foreachBatch(windows)
-            .option("checkpointLocation", str(sla.checkpoint_dir))
-            .trigger(processingTime=trigger)
-            .queryName("babelstream_sla")
-            .start()
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self.late is None:
+            self.windows.write([row["window"].asDict(True) for row in batch.collect()], batch_id)
+            return
+        watermark_ms = late_watermark(self._checkpoint, batch_id)
+        rows = batch.where(self.late_filter(watermark_ms)).collect()
+        self.windows.write(
+            [row["window"].asDict(True) for row in rows if row["window"] is not None], batch_id
         )
-
-    specs = [QuerySpec("windows", sla.checkpoint_dir, start_windows)]
-    if late is not None:
-
-        def start_late() -> StreamingQuery:
-            return (
-                windowed_results(stream, sla)
-                .writeStream.outputMode("append")
-                .foreachBatch(late)
-                .option("checkpointLocation", str(sla.checkpoint_dir / "late"))
-                .trigger(processingTime=trigger)
-                .queryName("babelstream_sla_late")
-                .start()
-            )
-
-        specs.append(QuerySpec("late", sla.checkpoint_dir / "late", start_late))
-    return specs
+        self.late.write(
+            [row["late"].asDict() for row in rows if row["late"] is not None],
+            watermark_ms,
+            batch_id,
+        )
 
 
 def _observe(query: StreamingQuery, tracker: ProgressTracker) -> None:
@@ -595,14 +576,14 @@ def _observe(query: StreamingQuery, tracker: ProgressTracker) -> None:
         log.info(
             "batch %s: %s input rows in %s ms, watermark %s",
             report["batchId"],
-            input_rows(report, tracker.scans),
+            input_rows(report),
             (report.get("durationMs") or {}).get("triggerExecution"),
             (report.get("eventTime") or {}).get("watermark"),
         )
 
 
 class RunningQuery:
-    """A started query; started once more if it dies of SPARK-55271 after a re-run batch.
+    """The started query; started once more if it dies of SPARK-55271 after a re-run batch.
 
     Spark 4.1's Kafka source fails progress reporting (NullPointerException in
     ``KafkaMicroBatchStream.metrics``, apache/spark#55236) after re-running an
@@ -610,62 +591,68 @@ class RunningQuery:
     offsets. The batch is committed by then, so starting again resumes cleanly.
     """
 
-    def __init__(self, spec: QuerySpec) -> None:
-        self.spec = spec
-        planned, committed = checkpoint_batches(spec.checkpoint)
+    def __init__(self, checkpoint: Path, start: Callable[[], StreamingQuery]) -> None:
+        self._checkpoint = checkpoint
+        self._start = start
+        planned, committed = checkpoint_batches(checkpoint)
         # a batch planned but not committed: Spark re-runs it first
         self._replayed = planned if planned > committed else None
-        self.query = spec.start()
+        self.query = start()
 
     def check(self) -> None:
         """Raise the query's failure, after restarting it once if it was SPARK-55271's."""
         if self.query.isActive or self.query.exception() is None:
             return
         replayed, self._replayed = self._replayed, None
-        if replayed is None or checkpoint_batches(self.spec.checkpoint)[1] < replayed:
+        if replayed is None or checkpoint_batches(self._checkpoint)[1] < replayed:
             self.query.awaitTermination()  # raises the StreamingQueryException
         log.warning(
-            "the %s query failed after re-running batch %d (SPARK-55271); starting it again",
-            self.spec.name,
+            "the query failed after re-running batch %d (SPARK-55271); starting it again",
             replayed,
         )
-        self.query = self.spec.start()
+        self.query = self._start()
 
 
-def supervise(
-    queries: list[RunningQuery],
-    tracker: ProgressTracker,
-    stop: threading.Event,
-    halt: threading.Event,
-) -> None:
-    """Follow the queries until one fails, ``stop`` is set, or the windows query idles.
+def start_query(spark: SparkSession, settings: Settings, sinks: JobSinks) -> RunningQuery:
+    """The job's one streaming query, started."""
+    sla = settings.sla
+    output = job_output(read_stream(spark, settings), sla, sinks.late is not None)
 
-    ``queries[0]`` is the windows query. Each query is stopped between
-    micro-batches, or after ``_STOP_GRACE_S`` if batches run back to back; a
-    batch interrupted that way is re-run on restart, and the sinks skip what
-    they already wrote. ``halt`` is set when stopping begins.
+    def start() -> StreamingQuery:
+        return (
+            output.writeStream.outputMode("append")
+            .foreachBatch(sinks)
+            .option("checkpointLocation", str(sla.checkpoint_dir))
+            .trigger(processingTime=spark_interval(sla.trigger_s))
+            .queryName("babelstream_sla")
+            .start()
+        )
+
+    return RunningQuery(sla.checkpoint_dir, start)
+
+
+def supervise(running: RunningQuery, tracker: ProgressTracker, stop: threading.Event) -> None:
+    """Follow the query until it fails, ``stop`` is set, or it idles.
+
+    The query is stopped between micro-batches, or after ``_STOP_GRACE_S`` if
+    batches run back to back; a batch interrupted that way is re-run on
+    restart, and the sinks skip what they already wrote.
     """
-    windows = queries[0]
     stopping_since: float | None = None
     while True:
-        for running in queries:
-            running.check()
-        if not windows.query.isActive:
+        running.check()
+        if not running.query.isActive:
             break
         with contextlib.suppress(StreamingQueryException):  # check() handles it next round
-            windows.query.awaitTermination(_POLL_S)  # type: ignore[arg-type]  # fractional s
-        _observe(windows.query, tracker)
+            running.query.awaitTermination(_POLL_S)  # type: ignore[arg-type]  # fractional s
+        _observe(running.query, tracker)
         if stopping_since is None and (stop.is_set() or tracker.idle()):
             stopping_since = time.monotonic()
-            halt.set()
         if stopping_since is not None:
             overdue = time.monotonic() - stopping_since > _STOP_GRACE_S
-            for running in queries:
-                if running.query.isActive and (
-                    overdue or not running.query.status["isTriggerActive"]
-                ):
-                    running.query.stop()
-    _observe(windows.query, tracker)
+            if running.query.isActive and (overdue or not running.query.status["isTriggerActive"]):
+                running.query.stop()
+    _observe(running.query, tracker)
 
 
 def run(
@@ -677,41 +664,39 @@ def run(
 ) -> RunSummary:
     """Run the SLA job until ``stop`` is set or, with ``until_idle_s``, input stops.
 
-    Raises :class:`~pipeline.sla.SlaJobError` when a query fails (the
-    checkpoints keep what they committed; a rerun resumes there).
+    Raises :class:`~pipeline.sla.SlaJobError` when the query fails (the
+    checkpoint keeps what it committed; a rerun resumes there).
 
-    ``until_idle_s`` counts from the windows query's first progress report,
-    then from its last micro-batch with input; make it a few triggers long,
-    so that the batch emitting the windows the last input closed runs before
+    ``until_idle_s`` counts from the query's first progress report, then
+    from its last micro-batch with input; make it a few triggers long, so
+    that the batch emitting the windows the last input closed runs before
     the stop (if it does not, the next run emits them). ``late_rows=False``
-    runs the windows query alone. ``on_input`` gets the input rows of each
+    leaves the late-rows branch out. ``on_input`` gets the input rows of each
     micro-batch that had some.
     """
     started = time.monotonic()
     spark = build_session(settings)
     kafka = KafkaSink(settings)
-    windows = WindowSinks(settings, kafka)
-    running: list[RunningQuery] = []
-    halt = threading.Event()
-    late = LateSinks(settings, kafka, halt) if late_rows else None
-    # the dedup branch scans the source a second time (see _counted_rows)
-    tracker = ProgressTracker(until_idle_s, on_input=on_input, scans=2 if settings.sla.dedup else 1)
+    sinks = JobSinks(
+        settings,
+        WindowSinks(settings, kafka),
+        LateSinks(settings, kafka) if late_rows else None,
+    )
+    tracker = ProgressTracker(until_idle_s, on_input=on_input)
+    running: RunningQuery | None = None
     try:
-        for spec in query_specs(spark, settings, windows, late):
-            running.append(RunningQuery(spec))
-        supervise(running, tracker, stop or threading.Event(), halt)
+        running = start_query(spark, settings, sinks)
+        supervise(running, tracker, stop or threading.Event())
     except StreamingQueryException as exc:
         raise SlaJobError(f"the SLA query failed: {exc}") from exc
     finally:
-        halt.set()
-        for query in running:
-            if query.query.isActive:
-                query.query.stop()
+        if running is not None and running.query.isActive:
+            running.query.stop()
         kafka.close()
         spark.stop()
     return RunSummary(
         tuple(tracker.input_batches),
-        windows.windows,
+        sinks.windows.windows,
         time.monotonic() - started,
-        late.rows if late is not None else 0,
+        sinks.late.rows if sinks.late is not None else 0,
     )

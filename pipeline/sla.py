@@ -20,7 +20,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -275,78 +274,23 @@ def to_late_result(row: Mapping[str, Any], watermark_ms: int) -> LateResult:
     )
 
 
-TopicPartition = tuple[str, int]
+def _batch_watermark(checkpoint: Path, batch_id: int) -> int:
+    """``batchWatermarkMs`` of ``<checkpoint>/offsets/<batch_id>`` (0 if it has none)."""
+    lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    return int(json.loads(lines[1]).get("batchWatermarkMs", 0)) if len(lines) > 1 else 0
 
 
-@dataclass(frozen=True)
-class OffsetRange:
-    """Source offsets [start, end) of one partition that one micro-batch of the windows
-    query read, and the watermark it judged their lateness by."""
+def late_watermark(checkpoint: Path, batch_id: int) -> int:
+    """The watermark by which micro-batch ``batch_id`` drops input rows as late.
 
-    topic: str
-    partition: int
-    start: int
-    end: int
-    batch_id: int
-    watermark_ms: int
-
-
-class OffsetLog:
-    """The windows query's offset log (``<checkpoint>/offsets/<batch>``), read back.
-
-    Spark writes, before running batch N, the end offsets of every source
-    partition and the batch's watermark. Batch N reads [end of N-1, end of N);
-    with several stateful operators (Spark ≥ 3.4), it drops input rows as
-    late by the watermark of batch N-1, the one before it. So the log tells,
-    for any record the windows query has read, which watermark judged it.
+    Spark writes ``<checkpoint>/offsets/<batch>`` before running a batch, with
+    the watermark that batch evicts state by (``batchWatermarkMs``). Since
+    Spark 3.4 a batch drops late *input* by the previous batch's watermark
+    (so chained stateful operators agree), i.e. that of ``batch_id - 1``; the
+    first batch drops nothing. The previous batch's file is always retained
+    while this one runs.
     """
-
-    def __init__(self, checkpoint: Path) -> None:
-        self.folder = checkpoint / "offsets"
-
-    def _batches(self) -> list[tuple[int, int, dict[TopicPartition, int]]]:
-        batches = []
-        for path in self.folder.glob("*"):
-            if not path.name.isdigit():
-                continue
-            lines = path.read_text().splitlines()
-            if len(lines) < 3:
-                continue  # being written
-            watermark = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
-            ends = {
-                (topic, int(partition)): int(offset)
-                for line in lines[2:]
-                if line.strip().startswith("{")
-                for topic, partitions in json.loads(line).items()
-                for partition, offset in partitions.items()
-            }
-            batches.append((int(path.name), watermark, ends))
-        return sorted(batches)
-
-    def ranges(self) -> list[OffsetRange]:
-        """Every retained batch's ranges (a batch whose predecessor was purged: none)."""
-        batches = self._batches()
-        out = []
-        for (prev_id, prev_watermark, prev_ends), (batch_id, _, ends) in pairwise(batches):
-            if prev_id != batch_id - 1:
-                continue
-            for tp, end in ends.items():
-                start = prev_ends.get(tp, 0)
-                if end > start:
-                    out.append(OffsetRange(tp[0], tp[1], start, end, batch_id, prev_watermark))
-        if batches and batches[0][0] == 0:  # the first batch starts at the beginning
-            out.extend(
-                OffsetRange(tp[0], tp[1], 0, end, 0, 0)
-                for tp, end in batches[0][2].items()
-                if end > 0
-            )
-        return out
-
-    def covers(self, needed: Mapping[TopicPartition, int]) -> bool:
-        """Whether the windows query has planned a batch reading each ``needed`` offset."""
-        batches = self._batches()
-        ends = batches[-1][2] if batches else {}
-        return all(ends.get(tp, 0) > offset for tp, offset in needed.items())
+    return _batch_watermark(checkpoint, batch_id - 1) if batch_id > 0 else 0
 
 
 def _utc(ms: int) -> str:

@@ -90,7 +90,7 @@ def summary_line(summary: RunSummary) -> str:
     "--late-rows/--no-late-rows",
     default=True,
     show_default=True,
-    help="Run the second query that writes late rows to translate.sla.late.",
+    help="Write late rows to translate.sla.late (a stateless branch of the query).",
 )
 @click.pass_context
 def sla(

@@ -78,7 +78,7 @@ class SlaJob:
             # a fresh checkpoint starts at the end: the windows compared are the drill's
             "--starting-offsets",
             "latest",
-            # the late-rows query is not drilled: one query, half the work
+            # the late-rows branch is not drilled: the windows alone
             "--no-late-rows",
         ]
 

@@ -26,13 +26,13 @@ from pipeline.sla import (
     BatchLog,
     BatchStat,
     BurnRates,
-    OffsetLog,
     ProgressTracker,
     RunSummary,
     WindowFigures,
     checkpoint_batches,
     describe,
     input_rows,
+    late_watermark,
     objectives_met,
     parse_duration,
     parse_thresholds,
@@ -303,33 +303,15 @@ def _offsets(folder: Path, batch_id: int, watermark: int, ends: dict[str, dict[s
     (folder / str(batch_id)).write_text(f"v1\n{json.dumps(meta)}\n{json.dumps(ends)}")
 
 
-def test_offset_log_says_which_watermark_judged_each_record(tmp_path: Path) -> None:
-    log = OffsetLog(tmp_path)
-    assert log.ranges() == [] and not log.covers({("res", 0): 0})
+def test_late_watermark_is_the_previous_batchs(tmp_path: Path) -> None:
     offsets = tmp_path / "offsets"
-    _offsets(offsets, 0, 0, {"res": {"0": 10, "1": 4}, "ticks": {"0": 1}})
-    _offsets(offsets, 1, 500, {"res": {"0": 25, "1": 4}, "ticks": {"0": 2}})
-    _offsets(offsets, 2, 900, {"res": {"0": 30, "1": 9}, "ticks": {"0": 2}})
-    (offsets / "3").write_text("v1\n")  # being written
-    (offsets / ".2.crc").write_text("")
-    ranges = {
-        (r.topic, r.partition, r.start, r.end): (r.batch_id, r.watermark_ms) for r in log.ranges()
-    }
-    assert ranges == {
-        ("res", 0, 0, 10): (0, 0),
-        ("res", 1, 0, 4): (0, 0),
-        ("ticks", 0, 0, 1): (0, 0),
-        # batch 1 judged its input by batch 0's watermark, batch 2 by batch 1's
-        ("res", 0, 10, 25): (1, 0),
-        ("ticks", 0, 1, 2): (1, 0),
-        ("res", 0, 25, 30): (2, 500),
-        ("res", 1, 4, 9): (2, 500),
-    }
-    assert log.covers({("res", 0): 29, ("res", 1): 8})
-    assert not log.covers({("res", 0): 30})
-    assert not log.covers({("other", 0): 0})
-    (offsets / "0").unlink()  # purged by Spark: batch 1 has no predecessor to start from
-    assert {(r.batch_id, r.start) for r in log.ranges()} == {(2, 25), (2, 4)}
+    _offsets(offsets, 0, 0, {"res": {"0": 10}})
+    _offsets(offsets, 1, 500, {"res": {"0": 25}})
+    _offsets(offsets, 2, 900, {"res": {"0": 30}})
+    # the first batch drops nothing; batch N drops its input by batch N-1's watermark
+    assert [late_watermark(tmp_path, n) for n in (0, 1, 2)] == [0, 0, 500]
+    (offsets / "3").write_text("v1\n")  # being written: batch 3 still reads batch 2's
+    assert late_watermark(tmp_path, 3) == 900
 
 
 def test_batch_log(tmp_path: Path) -> None:
