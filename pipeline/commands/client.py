@@ -18,7 +18,8 @@ from pipeline.client import (
     fetch_results,
 )
 from pipeline.commands.options import DOMAIN_HELP, DURATION, LABEL, LANGUAGE, TENANT_HELP
-from pipeline.messages import now_ms
+from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
+from pipeline.messages import TextFormat, now_ms
 from pipeline.pairs import REQUESTS_TOPIC, Pair, pair_topic
 from pipeline.reachability import require_kafka
 from pipeline.settings import LimitSettings, Settings
@@ -72,11 +73,67 @@ def _request_options(f: Callable[..., Any]) -> Callable[..., Any]:
             ),
             click.option("--tenant", type=LABEL, default=None, help=TENANT_HELP),
             click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP),
+            click.option(
+                "--text-format",
+                type=click.Choice(TEXT_FORMATS),
+                default="text",
+                show_default=True,
+                help="How each text is parsed: markup (html, xml, markdown) and placeholders "
+                "are kept, the text between them translated.",
+            ),
+            click.option(
+                "--glossary",
+                default=None,
+                help="A stored glossary of the tenant for this pair (see `glossary put`).",
+            ),
+            click.option(
+                "--term",
+                "terms",
+                multiple=True,
+                callback=_parse_terms,
+                metavar="SOURCE[=TARGET]",
+                help="An inline glossary term (repeatable); without =TARGET the term is "
+                "never translated. Inline terms win over the glossary's.",
+            ),
             click.argument("texts", nargs=-1),
         ]
     ):
         f = option(f)
     return f
+
+
+def _parse_terms(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str | None], ...]:
+    terms: list[tuple[str, str | None]] = []
+    for value in values:
+        source, sep, target = value.partition("=")
+        if not source.strip() or (sep and not target.strip()):
+            raise click.BadParameter(
+                f"{value!r}: give SOURCE=TARGET, or SOURCE alone to keep it untranslated",
+                param_hint="'--term'",
+            )
+        terms.append((source.strip(), target.strip() if sep else None))
+    return tuple(terms)
+
+
+def _options(
+    timeout_ms: int | None,
+    tenant: str | None,
+    domain: str | None,
+    text_format: TextFormat,
+    glossary: str | None,
+    terms: tuple[tuple[str, str | None], ...],
+) -> RequestOptions:
+    """The request fields the shared options give (plain text sends no ``format``)."""
+    return RequestOptions(
+        timeout_ms=timeout_ms,
+        tenant=tenant,
+        domain=domain,
+        text_format=None if text_format == "text" else text_format,
+        glossary=glossary,
+        terms=terms,
+    )
 
 
 def _print_results(
@@ -138,6 +195,9 @@ def submit(
     file: Path | None,
     tenant: str | None,
     domain: str | None,
+    text_format: TextFormat,
+    glossary: str | None,
+    terms: tuple[tuple[str, str | None], ...],
     texts: tuple[str, ...],
     timeout_ms: int | None,
 ) -> None:
@@ -147,7 +207,7 @@ def submit(
     """
     if timeout_ms is not None:
         _check_timeout_ms(timeout_ms, settings.limits, "'--timeout-ms'", f"{timeout_ms} ms")
-    options = RequestOptions(timeout_ms=timeout_ms, tenant=tenant, domain=domain)
+    options = _options(timeout_ms, tenant, domain, text_format, glossary, terms)
     requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
     check_sendable(requests, settings.limits)
     require_kafka(settings.kafka)
@@ -180,6 +240,9 @@ def translate(
     file: Path | None,
     tenant: str | None,
     domain: str | None,
+    text_format: TextFormat,
+    glossary: str | None,
+    terms: tuple[tuple[str, str | None], ...],
     texts: tuple[str, ...],
     as_json: bool,
     timeout: float,
@@ -194,7 +257,7 @@ def translate(
     timeout_ms = round(timeout * 1000)
     _check_timeout_ms(timeout_ms, settings.limits, "'--timeout'", f"{timeout:g} s")
     pair = Pair(src, tgt)
-    options = RequestOptions(timeout_ms=timeout_ms, tenant=tenant, domain=domain)
+    options = _options(timeout_ms, tenant, domain, text_format, glossary, terms)
     requests = build_requests(_texts(texts, file), pair, options)
     check_sendable(requests, settings.limits)
     require_kafka(settings.kafka)

@@ -73,6 +73,9 @@ def listening() -> Iterator[int]:
             ["text 1", "30400 bytes of UTF-8", "16384", "nothing was sent"],
         ),
         ([*SUBMIT], ["give TEXT arguments or --file"]),
+        ([*SUBMIT, "--term", "=Bahnhof", "hi"], ["--term", "'=Bahnhof'", "SOURCE=TARGET"]),
+        ([*TRANSLATE, "--term", "Bahnhof=", "hi"], ["--term", "SOURCE alone"]),
+        ([*TRANSLATE, "--text-format", "rtf", "hi"], ["--text-format", "rtf", "html"]),
         (["results"], ["REQUEST_IDS"]),
         (["results", "r-1", "--since", "yesterday"], ["--since", "yesterday"]),
         (

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import main
+from pipeline.commands import client as client_commands
 from pipeline.commands.stack import _service_line
 from pipeline.stack.manager import ServiceStatus
 
@@ -49,3 +52,31 @@ def test_status_words_for_each_state_of_a_service() -> None:
     assert "not started by us" in line(None, True)  # someone else's broker on our port
     down = line(None, False)  # after `babelstream down`
     assert "DOWN" in down and "not running" in down and "not started by us" not in down
+
+
+def test_fidelity_options_reach_the_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--text-format, --glossary and --term become the request's format, glossary and terms."""
+
+    sent: list[Any] = []
+
+    class Refused(Exception):
+        pass
+
+    def stop_before_kafka(requests: list[Any], _limits: object) -> None:
+        sent.extend(requests)
+        raise Refused
+
+    monkeypatch.setattr(client_commands, "check_sendable", stop_before_kafka)
+    args = [
+        "submit", "--src", "en", "--tgt", "en-XA", "--text-format", "html",
+        "--glossary", "default", "--term", "Kafka", "--term", "train station = Bahnhof",
+        "<b>Kafka</b> at the train station",
+    ]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert isinstance(result.exception, Refused), result.output
+    (request,) = sent
+    assert (request.format, request.glossary) == ("html", "default")
+    assert [(t.source, t.target) for t in request.terms] == [
+        ("Kafka", None),
+        ("train station", "Bahnhof"),
+    ]
