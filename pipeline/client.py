@@ -307,6 +307,18 @@ class ResultListener:
         while replies.missing and (not self._caught_up() or time.monotonic() < deadline):
             self._poll(replies)
 
+    def catch_up(self, replies: ReplyBatch, limit_s: float) -> None:
+        """Read what the topics hold now (their end offsets at this call), at most
+        ``limit_s`` seconds, or until every awaited id has a result."""
+        ends = self._consumer.end_offsets(list(self._ends))
+        deadline = time.monotonic() + limit_s
+        while (
+            replies.missing
+            and time.monotonic() < deadline
+            and any(self._consumer.position(tp) < end for tp, end in ends.items())
+        ):
+            self._poll(replies)
+
     def _caught_up(self) -> bool:
         return all(self._consumer.position(tp) >= end for tp, end in self._ends.items())
 
