@@ -164,3 +164,17 @@ def test_thousand_requests_with_repeats_and_redis_outage(
     assert set(misses) == set(distinct)
     assert max(misses.values()) == 1
     assert sum(r.cache != "miss" for r in firsts.values()) == 300
+
+
+def test_the_worker_listens_on_loopback_only(worker: WorkerProcess) -> None:
+    """Its web server (readiness, stats) and metrics endpoint: 127.0.0.1 unless configured."""
+    import psutil
+
+    assert worker.pid is not None
+    listening = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(worker.pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert len(listening) >= 2, listening  # the web server and the metrics endpoint
+    assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
