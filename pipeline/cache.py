@@ -92,7 +92,7 @@ class RedisCache:
         self,
         settings: RedisSettings,
         *,
-        client: redis.Redis[bytes] | None = None,
+        client: redis.Redis | None = None,
         retry_after_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

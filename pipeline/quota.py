@@ -132,7 +132,7 @@ class QuotaLimiter:
         tenants: TenantSettings,
         redis_settings: RedisSettings,
         *,
-        client: redis.Redis[bytes] | None = None,
+        client: redis.Redis | None = None,
     ) -> None:
         self._tenants = tenants
         self._prefix = f"{redis_settings.key_prefix}:quota"

@@ -31,6 +31,6 @@ def redis_options(settings: RedisSettings) -> dict[str, Any]:
     return options
 
 
-def redis_client(settings: RedisSettings) -> redis.Redis[bytes]:
+def redis_client(settings: RedisSettings) -> redis.Redis:
     """A client for ``settings.url`` (the caller closes it)."""
     return redis.Redis.from_url(settings.url, **redis_options(settings))

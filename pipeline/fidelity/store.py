@@ -91,7 +91,7 @@ def read_terms(path: Path, max_terms: int) -> list[Term]:
 class GlossaryStore:
     """Reads and writes glossaries in Redis."""
 
-    def __init__(self, settings: RedisSettings, client: redis.Redis[bytes] | None = None) -> None:
+    def __init__(self, settings: RedisSettings, client: redis.Redis | None = None) -> None:
         self._prefix = settings.key_prefix
         self._client = client or redis_client(settings)
 
