@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.bench.workload import bulk_run_command
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.pairs import Pair
 
@@ -112,26 +112,7 @@ def measure_bulk_memory(
     output = work_dir / f"out-{corpus_mb:g}mb.parquet"
     documents, text_bytes = write_corpus(corpus, int(corpus_mb * MB))
     job_id = f"memory-{corpus_mb:g}mb-{os.getpid()}-{time.time_ns() % 10**9}"
-    command = [
-        sys.executable,
-        "-m",
-        "pipeline",
-        "bulk",
-        "run",
-        str(corpus),
-        "--src",
-        pair.source,
-        "--tgt",
-        pair.target,
-        "--output",
-        str(output),
-        "--job-id",
-        job_id,
-        "--tenant",
-        TENANT,
-        "--json",
-        *extra_args,
-    ]
+    command = bulk_run_command(corpus, pair, output, job_id, TENANT, "--json", *extra_args)
     code, peak_mb, wall_s = run_bulk_measured(
         command, {**os.environ, **(env or {})}, work_dir / f"bulk-{corpus_mb:g}mb.log", timeout_s
     )

@@ -12,7 +12,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,7 +23,7 @@ from pipeline.bench.e2e import fresh_requests
 from pipeline.bench.load import run_load
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget, wait_drained
-from pipeline.bench.workload import make_texts
+from pipeline.bench.workload import bulk_run_command, make_texts
 from pipeline.bulk.state import JobState
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.errors import EngineError
@@ -81,26 +80,10 @@ class BackgroundBulk:
         job_id = f"bench-{uuid.uuid4().hex[:8]}"
         pair = target.entry.pair
         self.state = JobState(work_dir / "state", job_id)
-        self._command = [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "bulk",
-            "run",
-            str(corpus),
-            "--src",
-            pair.source,
-            "--tgt",
-            pair.target,
-            "--output",
-            str(work_dir / "bulk-out.parquet"),
-            "--job-id",
-            job_id,
-            "--tenant",
-            job_id,
-            "--max-in-flight",
-            str(max_in_flight),
-        ]
+        self._command = bulk_run_command(
+            corpus, pair, work_dir / "bulk-out.parquet", job_id, job_id,
+            "--max-in-flight", str(max_in_flight),
+        )  # fmt: skip
         self._env = {
             **os.environ,
             **target.env(),

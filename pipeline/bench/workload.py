@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
 from pipeline.demo_model.sentences import SentenceGenerator
+from pipeline.pairs import Pair
 
 
 def make_texts(n: int, repeat_ratio: float, seed: int = 1) -> list[str]:
@@ -24,3 +27,14 @@ def make_texts(n: int, repeat_ratio: float, seed: int = 1) -> list[str]:
     texts = distinct + [rng.choice(distinct) for _ in range(n - distinct_n)]
     rng.shuffle(texts)
     return texts
+
+
+def bulk_run_command(
+    corpus: Path, pair: Pair, output: Path, job_id: str, tenant: str, *extra: str
+) -> list[str]:
+    """``babelstream bulk run`` of ``corpus`` as users run it, for a process of its own."""
+    return [
+        *(sys.executable, "-m", "pipeline", "bulk", "run", str(corpus)),
+        *("--src", pair.source, "--tgt", pair.target, "--output", str(output)),
+        *("--job-id", job_id, "--tenant", tenant, *extra),
+    ]
