@@ -14,9 +14,9 @@ import socket
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 import pytest
@@ -103,40 +103,49 @@ def await_result(tail: TopicTail, request_id: str) -> Any:
     return found[0]
 
 
-def worker_spans(
+T = TypeVar("T")
+
+
+def poll_span_file(
     span_file: Path,
-    trace_id: str,
-    names: set[str],
+    select: Callable[[list[dict[str, Any]]], T],
+    done: Callable[[T], bool],
     timeout_s: float = 15.0,
+) -> T:
+    """``select`` over the exported spans, read again until ``done`` or the timeout
+    (spans reach the file when they end, not all at once)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        selected = select(read_span_file(span_file))
+        if done(selected) or time.monotonic() > deadline:
+            return selected
+        time.sleep(0.2)
+
+
+def worker_spans(
+    span_file: Path, trace_id: str, names: set[str]
 ) -> dict[str, list[dict[str, Any]]]:
     """Spans of ``trace_id`` the worker exported, by name, once every name is there."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        by_name: dict[str, list[dict[str, Any]]] = {}
-        for span in read_span_file(span_file):
+
+    def by_name(spans: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for span in spans:
             if span["trace_id"] == trace_id:
-                by_name.setdefault(span["name"], []).append(span)
-        if names <= set(by_name) or time.monotonic() > deadline:
-            return by_name
-        time.sleep(0.2)
+                found.setdefault(span["name"], []).append(span)
+        return found
+
+    return poll_span_file(span_file, by_name, lambda found: names <= set(found))
 
 
-def linked_batches(
-    span_file: Path, trace_id: str, span_id: str, timeout_s: float = 15.0
-) -> list[dict[str, Any]]:
+def linked_batches(span_file: Path, trace_id: str, span_id: str) -> list[dict[str, Any]]:
     """The batch spans linked to one request span, once there are any (a batch span ends
-    after the request spans it carries, so it may reach the file a moment later)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        linked = [
-            span
-            for span in read_span_file(span_file)
-            if span["name"] == "batch"
-            and {"trace_id": trace_id, "span_id": span_id} in span["links"]
-        ]
-        if linked or time.monotonic() > deadline:
-            return linked
-        time.sleep(0.2)
+    after the request spans it carries)."""
+    link = {"trace_id": trace_id, "span_id": span_id}
+    return poll_span_file(
+        span_file,
+        lambda spans: [s for s in spans if s["name"] == "batch" and link in s["links"]],
+        bool,
+    )
 
 
 def test_one_trace_from_submit_to_result(
