@@ -19,6 +19,8 @@ class WorkerStats:
     take_sizes: Counter[int] = field(default_factory=Counter)
     engine_batch_sizes: Counter[int] = field(default_factory=Counter)
     engine_texts: int = 0
+    # wall time of engine calls: over a run's duration, how busy the engine was
+    engine_seconds: float = 0.0
     padded_tokens_weighted: float = 0.0
     dead_letters: int = 0
     retried_attempts: int = 0
@@ -35,6 +37,7 @@ class WorkerStats:
         for size in batch.engine_batches:
             self.engine_batch_sizes[size] += 1
         self.engine_texts += batch.engine_texts
+        self.engine_seconds += batch.engine_seconds
         self.padded_tokens_weighted += batch.padding_ratio * batch.engine_texts
 
     def snapshot(self) -> dict[str, Any]:
@@ -45,6 +48,7 @@ class WorkerStats:
             "take_sizes": {str(k): v for k, v in sorted(self.take_sizes.items())},
             "engine_batch_sizes": {str(k): v for k, v in sorted(self.engine_batch_sizes.items())},
             "engine_texts": self.engine_texts,
+            "engine_seconds": round(self.engine_seconds, 3),
             "dead_letters": self.dead_letters,
             "retried_attempts": self.retried_attempts,
             "padding_ratio": (

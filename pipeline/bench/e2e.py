@@ -41,11 +41,12 @@ def fresh_requests(texts: Sequence[str], target: BenchTarget) -> list[Translatio
 
 
 def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Engine batch sizes and padding of what ran between two stats snapshots."""
-    sizes = {
-        k: v - before["engine_batch_sizes"].get(k, 0)
-        for k, v in after["engine_batch_sizes"].items()
-    }
+    """Takes, engine batch sizes, padding and engine time of what ran between two snapshots."""
+
+    def counts(key: str) -> dict[str, int]:
+        delta = {k: v - before[key].get(k, 0) for k, v in after[key].items()}
+        return {k: v for k, v in delta.items() if v}
+
     texts = after["engine_texts"] - before["engine_texts"]
     padded = (
         after["padding_ratio"] * after["engine_texts"]
@@ -53,7 +54,9 @@ def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
     )
     return {
         "padding_ratio": round(padded / texts, 4) if texts else 0.0,
-        "engine_batch_sizes": {k: v for k, v in sizes.items() if v},
+        "engine_batch_sizes": counts("engine_batch_sizes"),
+        "take_sizes": counts("take_sizes"),
+        "engine_seconds": round(after["engine_seconds"] - before["engine_seconds"], 3),
     }
 
 
@@ -68,8 +71,14 @@ def measure_e2e(
     before = worker.stats()
     report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
     after = worker.stats()
+    summary = report.summary()
+    delta = stats_delta(before, after)
+    busy = delta["engine_seconds"] / summary["duration_s"] if summary["duration_s"] else None
     return LoadFigures.from_summary(
-        report.summary(), **stats_delta(before, after), offered_rps=rate
+        summary,
+        **delta,
+        engine_busy_ratio=round(busy, 3) if busy is not None else None,
+        offered_rps=rate,
     )
 
 

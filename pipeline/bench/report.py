@@ -105,6 +105,12 @@ class LoadFigures:
     cache_levels: dict[str, int] = field(default_factory=dict)
     padding_ratio: float | None = None
     engine_batch_sizes: dict[str, int] = field(default_factory=dict)
+    # micro-batch sizes as the worker took them from Kafka
+    take_sizes: dict[str, int] = field(default_factory=dict)
+    # engine call time over the run (a worker's own figures; None where not measured)
+    engine_seconds: float | None = None
+    # engine_seconds / duration_s: near 1, the engine never waited for the pipeline
+    engine_busy_ratio: float | None = None
     offered_rps: float | None = None
 
     @classmethod

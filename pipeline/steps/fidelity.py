@@ -80,9 +80,12 @@ class TranslateFaithfully:
                 continue
             started.append((item, Restoration(prepared, calls)))
         await drive([r for _, r in started], calls)
-        for item, restoration in started:
+        outcomes = [(item, restoration.outcome()) for item, restoration in started]
+        self._runner.observe(
+            batch, [o.input_tokens for _, o in outcomes if not isinstance(o, Failed)]
+        )
+        for item, outcome in outcomes:
             item.engine_batch_size = len(todo)
-            outcome = restoration.outcome()
             if isinstance(outcome, Failed):
                 item.error, item.reason = outcome.message, outcome.reason
                 continue

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
 
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translation
+from pipeline.fidelity.prepare import FidelityConfig
+from pipeline.fidelity.service import FidelityService
 from pipeline.messages import TranslationRequest, now_ms
 from pipeline.pairs import Pair, pair_topic
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import load_settings
 from pipeline.steps.base import Batch, BatchStats, Item, Record
 from pipeline.steps.engine import EngineRunner, Translate
+from pipeline.steps.fidelity import TranslateFaithfully
 
 PAIR = Pair("en", "de")
 
@@ -79,7 +85,19 @@ def test_bulk_calls_stay_within_their_time_bound():
     assert [len(c) for c in translator.calls] == [4, 4, 4]
 
 
-def test_translate_step_feeds_the_adaptive_controller():
+EngineStep = Callable[[Batch], object]
+
+
+def _plain(runner: EngineRunner) -> EngineStep:
+    return Translate(runner)
+
+
+def _faithful(runner: EngineRunner) -> EngineStep:
+    return TranslateFaithfully(runner, FidelityService(FidelityConfig(), None))
+
+
+@pytest.mark.parametrize("make_step", [_plain, _faithful], ids=["plain", "fidelity"])
+def test_engine_step_feeds_the_adaptive_controller(make_step: Callable[[EngineRunner], Any]):
     settings = load_settings()
     settings = settings.model_copy(
         update={
@@ -106,7 +124,7 @@ def test_translate_step_feeds_the_adaptive_controller():
         record = Record(pair_topic(PAIR), 0, i, b"k", request.to_json())
         items.append(Item(record, request=request, digest=f"d{i}"))
     batch = Batch(items, PAIR, "fake", "test")
-    asyncio.run(Translate(runner)(batch))
+    asyncio.run(make_step(runner)(batch))
     assert [item.translation.text for item in items] == [SHORT, LONG]  # type: ignore[union-attr]
     assert shaper.controller is not None
     state = shaper.controller.state
