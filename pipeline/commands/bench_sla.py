@@ -1,9 +1,14 @@
 """``babelstream bench sla``: the results/s the Spark SLA job sustains on this machine.
 
 Pre-loads synthetic results (``--duplicates`` of them repeated) into a fresh
-topic and one worker tick per pair far later (closing every window), then runs
-the job over the backlog with ``--until-idle`` once per configuration, on the
-same input, in one process:
+topic, then runs the job over the backlog with ``--until-idle`` once per
+configuration, on the same input, in one process. Once a run's job has read
+every result, one worker tick per pair far later (closing every window) goes
+to that run's own ticks topic, as a worker's ticks follow its last results: a
+tick pre-loaded with the backlog would be read in the first micro-batch (the
+job reads both topics together) and move the watermark past every result not
+yet read, turning them into late rows.
+
 
 - ``full``: the job as it runs (de-duplication, KLL sketches, the late-rows query);
 - ``baseline``: without de-duplication, sketches and the late-rows query, i.e.
@@ -80,38 +85,66 @@ def synthetic_results(
             yield document
 
 
-def preload(
-    settings: Settings, topics: dict[str, str], count: int, pairs: int, rate: int, duplicates: float
-) -> tuple[float, int]:
-    """Produce the synthetic results and the closing ticks; returns (seconds, records sent)."""
+def _producer(settings: Settings) -> Any:
     from kafka import KafkaProducer
 
-    started = time.monotonic()
     # acks=1 without idempotence: synthetic load, speed over delivery guarantees
-    producer = KafkaProducer(
+    return KafkaProducer(
         **kafka_python_options(settings.kafka, "bench-sla"),
         acks=1,
         enable_idempotence=False,
         linger_ms=50,
         batch_size=512 * 1024,
     )
+
+
+def preload(
+    settings: Settings, topic: str, count: int, pairs: int, rate: int, duplicates: float
+) -> tuple[float, int]:
+    """Produce the synthetic results; returns (seconds, records sent)."""
+    started = time.monotonic()
+    producer = _producer(settings)
     sent = 0
     with progress_bar("pre-loaded", total=count, unit="result") as bar:
         for value in synthetic_results(count, pairs, rate, duplicates=duplicates):
-            producer.send(topics["results"], value=value)
+            producer.send(topic, value=value)
             sent += 1
             bar.update()
-    sla = settings.sla
-    closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
-    tick_at = _BASE_MS + count * 1000 // rate + closing_ms
-    ticks = TickSource(
-        [bench_pair(i) for i in range(pairs)], "bench", lambda: tick_at, topics["ticks"]
-    )
-    for topic, key, value in ticks.records():
-        producer.send(topic, key=key, value=value)
     producer.flush()
     producer.close()
     return time.monotonic() - started, sent
+
+
+class ClosingTicks:
+    """Sends one tick per pair, late enough to close every window, once ``results`` are read.
+
+    ``__call__`` is the job's ``on_input`` (rows of each micro-batch with input).
+    """
+
+    def __init__(
+        self, settings: Settings, topic: str, count: int, pairs: int, rate: int, results: int
+    ) -> None:
+        sla = settings.sla
+        closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
+        tick_at = _BASE_MS + count * 1000 // rate + closing_ms
+        self._source = TickSource(
+            [bench_pair(i) for i in range(pairs)], "bench", lambda: tick_at, topic
+        )
+        self._settings = settings
+        self._results = results
+        self._read = 0
+        self.sent = False
+
+    def __call__(self, rows: int) -> None:
+        self._read += rows
+        if self.sent or self._read < self._results:
+            return
+        producer = _producer(self._settings)
+        for topic, key, value in self._source.records():
+            producer.send(topic, key=key, value=value)
+        producer.flush()
+        producer.close()
+        self.sent = True
 
 
 def _delete_topics(settings: Settings, names: list[str]) -> None:
@@ -282,15 +315,18 @@ def sla(
     from jobs.sla import run
 
     run_id = uuid.uuid4().hex[:8]
-    topics = {"results": f"bench.sla.{run_id}", "ticks": f"bench.sla.{run_id}.ticks"}
+    results_topic = f"bench.sla.{run_id}"
     outputs = {
         name: f"bench.sla.{run_id}.{name.replace('_', '-')}" for name in configs or DEFAULT_CONFIGS
     }
-    created = [*topics.values(), *outputs.values(), *(f"{o}.late" for o in outputs.values())]
+    created = [
+        results_topic,
+        *(f"{output}{suffix}" for output in outputs.values() for suffix in ("", ".late", ".ticks")),
+    ]
     ensure_topics(
         settings.kafka,
         {
-            name: TopicSpec(settings.kafka.results_partitions if name == topics["results"] else 1)
+            name: TopicSpec(settings.kafka.results_partitions if name == results_topic else 1)
             for name in created
         },
     )
@@ -301,14 +337,15 @@ def sla(
     }
     runs: dict[str, dict[str, Any]] = {}
     try:
-        load_s, sent = preload(settings, topics, count, pairs, rate, duplicates)
+        load_s, sent = preload(settings, results_topic, count, pairs, rate, duplicates)
         for name, sink in outputs.items():
             overrides, late_rows = CONFIGS[name]
+            ticks = ClosingTicks(settings, f"{sink}.ticks", count, pairs, rate, sent)
             with tempfile.TemporaryDirectory(prefix="bench-sla-") as work:
                 sla_settings = settings.sla.model_copy(
                     update={
-                        "source_topic": topics["results"],
-                        "ticks_topic": topics["ticks"],
+                        "source_topic": results_topic,
+                        "ticks_topic": f"{sink}.ticks",
                         "sink_topic": sink,
                         "late_topic": f"{sink}.late",
                         "sinks": ("kafka", "parquet"),
@@ -323,13 +360,19 @@ def sla(
                 )
                 job_settings = settings.model_copy(update={"sla": sla_settings})
                 with progress_bar(f"aggregated ({name})", total=sent + pairs, unit="result") as bar:
+
+                    def on_input(rows: int, bar: Any = bar, ticks: ClosingTicks = ticks) -> None:
+                        bar.update(rows)
+                        ticks(rows)
+
                     summary = run(
                         job_settings,
                         until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
                         late_rows=late_rows,
-                        on_input=bar.update,
+                        on_input=on_input,
                     )
             runs[name] = run_report(job_settings, summary, read_windows(settings, sink))
+            runs[name]["closing_ticks_sent"] = ticks.sent
     finally:
         _delete_topics(settings, created)
     loaded = {
