@@ -145,9 +145,15 @@ class OffsetKeeper:
             self._stalled.clear()
             return
         unknown = [tp for tp in inputs if not self.ledger.knows(tp)]
-        if unknown and not await self._start(unknown):
+        try:
+            if unknown and not await self._start(unknown):
+                return
+            ends = await self._app.consumer.highwaters(
+                *(TP(tp.topic, tp.partition) for tp in inputs)
+            )
+        except Exception as exc:  # the broker is away (a restart): checked again next time
+            log.info("stall check not done now (%s); checking again later", exc)
             return
-        ends = await self._app.consumer.highwaters(*(TP(tp.topic, tp.partition) for tp in inputs))
         now, owed_all = time.monotonic(), self.ledger.owed_all()
         for tp in inputs:
             owed, end = owed_all.get(tp), ends.get(TP(tp.topic, tp.partition))

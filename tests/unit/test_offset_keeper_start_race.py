@@ -1,4 +1,5 @@
-"""The offset book's lazy start must not restart a partition that has taken records meanwhile.
+"""The offset book's lazy start: no rewinding a partition that took records meanwhile,
+no crashing the worker when the broker is away (the stall check is skipped, not fatal).
 
 Found by the chaos suite (``redis-down``, the first scenario after the workers
 start, 7 duplicate results with no fault that could explain them): right
@@ -79,3 +80,25 @@ def test_a_late_lazy_start_does_not_rewind_a_partition_that_took_records() -> No
     assert consumer.seeks == [], f"sought back to {consumer.seeks}: offsets 1-8 come again"
     assert owed == 10
     assert [e.message.offset for e in admitted] == list(range(1, 10))
+
+
+def test_a_stall_check_during_a_broker_restart_is_skipped_not_fatal() -> None:
+    """Seen in CI: the stall timer's offset lookup raised NodeNotReadyError while the
+    broker restarted, and the unhandled error in a Faust timer crashed the worker."""
+    from kafka.errors import NodeNotReadyError
+
+    consumer = FakeConsumer()
+    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    broker_up = False
+
+    def committed_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if not broker_up:
+            raise NodeNotReadyError(1)
+        return {tp: COMMITTED for tp in tps}
+
+    keeper.committed_offsets = committed_offsets  # type: ignore[method-assign]
+    asyncio.run(keeper.check_stalls([PART], idle=True))
+    assert not keeper.ledger.knows(PART), "nothing started from a failed lookup"
+    broker_up = True
+    asyncio.run(keeper.check_stalls([PART], idle=True))
+    assert keeper.ledger.owed(PART) == COMMITTED, "the next check starts the partition"
