@@ -226,10 +226,21 @@ class OffsetKeeper:
     # -- committing ------------------------------------------------------------
 
     async def commit(self) -> None:
-        """Commit every position that moved; one commit at a time."""
+        """Commit every position that moved; one commit at a time.
+
+        A commit that fails (the broker away) is logged and tried again at the
+        next interval: nothing is lost by committing later, only re-delivered.
+        """
         async with self._lock:
             offsets = self.ledger.to_commit()
-            if offsets and await commit_offsets(self._app, offsets):
+            if not offsets:
+                return
+            try:
+                done = await commit_offsets(self._app, offsets)
+            except Exception as exc:
+                log.warning("commit not done now (%s); trying again", exc)
+                return
+            if done:
                 self.ledger.committed(offsets)
 
     async def run(self) -> None:

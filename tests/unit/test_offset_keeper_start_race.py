@@ -102,3 +102,34 @@ def test_a_stall_check_during_a_broker_restart_is_skipped_not_fatal() -> None:
     broker_up = True
     asyncio.run(keeper.check_stalls([PART], idle=True))
     assert keeper.ledger.owed(PART) == COMMITTED, "the next check starts the partition"
+
+
+def test_a_commit_while_the_broker_is_away_is_retried_not_raised() -> None:
+    from kafka.errors import NodeNotReadyError
+
+    attempts: list[dict[TP, int]] = []
+
+    class Consumer(FakeConsumer):
+        broker_up = False
+
+        async def _commit(self, offsets: dict[TP, int]) -> bool:
+            attempts.append(offsets)
+            if not self.broker_up:
+                raise NodeNotReadyError(1)
+            return True
+
+    consumer = Consumer()
+    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper.committed_offsets = lambda tps: {tp: COMMITTED for tp in tps}  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        _, tickets = await keeper.admit([event(o) for o in range(1, 4)])
+        keeper.done(tickets)
+        await keeper.commit()  # the broker is away: logged, not raised
+        assert keeper.ledger.to_commit() == {PART: 4}, "still owed a commit"
+        consumer.broker_up = True
+        await keeper.commit()
+        assert keeper.ledger.to_commit() == {}
+
+    asyncio.run(scenario())
+    assert attempts == [{TP(PART.topic, PART.partition): 4}] * 2
