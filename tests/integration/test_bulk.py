@@ -212,19 +212,24 @@ def test_killed_run_resumes_without_translating_finished_segments(
     tasks = [t for plan in plans for t in plan.tasks]
     state = JobState(state_dir, tenant)
 
-    first = subprocess.Popen(
-        command,
-        env=bulk_env(state_dir),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    first_log = tmp_path / "first-run.log"
+    with first_log.open("wb") as log:
+        first = subprocess.Popen(
+            command,
+            env=bulk_env(state_dir),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and first.poll() is None:
         if state.results_path.exists() and sum(1 for _ in state.records()) >= len(tasks) // 3:
             break
         time.sleep(0.05)
-    assert first.poll() is None, "the first run ended before it could be killed"
+    assert first.poll() is None, (
+        f"the first run ended (exit {first.returncode}) before it could be killed: "
+        f"{first_log.read_text(errors='replace')[-3000:]}"
+    )
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(10)
 
