@@ -9,7 +9,6 @@ tick pre-loaded with the backlog would be read in the first micro-batch (the
 job reads both topics together) and move the watermark past every result not
 yet read, turning them into late rows.
 
-
 - ``full``: the job as it runs (de-duplication, KLL sketches, the late-rows query);
 - ``baseline``: without de-duplication, sketches and the late-rows query, i.e.
   what the job computed before them.
