@@ -250,8 +250,10 @@ class WorkerShell:
                 self._busy,
                 bound,
             )
-        await self.offsets.commit()
-        log.info("drained: finished batches committed")
+        if await self.offsets.commit():
+            log.info("drained: finished batches committed")
+        else:
+            log.warning("drained, but not committed: the finished batches will be processed again")
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, details) for the readiness page and the ready gauge."""

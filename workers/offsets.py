@@ -225,8 +225,8 @@ class OffsetKeeper:
 
     # -- committing ------------------------------------------------------------
 
-    async def commit(self) -> None:
-        """Commit every position that moved; one commit at a time.
+    async def commit(self) -> bool:
+        """Commit every position that moved; one commit at a time. False if it did not go.
 
         A commit that fails (the broker away) is logged and tried again at the
         next interval: nothing is lost by committing later, only re-delivered.
@@ -234,14 +234,15 @@ class OffsetKeeper:
         async with self._lock:
             offsets = self.ledger.to_commit()
             if not offsets:
-                return
+                return True
             try:
                 done = await commit_offsets(self._app, offsets)
             except Exception as exc:
                 log.warning("commit not done now (%s); trying again", exc)
-                return
+                return False
             if done:
                 self.ledger.committed(offsets)
+            return done
 
     async def run(self) -> None:
         """Commit soon after batches finish, at most once per interval; repeat overdue seeks.

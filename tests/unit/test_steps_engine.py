@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
@@ -85,7 +84,7 @@ def test_bulk_calls_stay_within_their_time_bound():
     assert [len(c) for c in translator.calls] == [4, 4, 4]
 
 
-EngineStep = Callable[[Batch], object]
+EngineStep = Callable[[Batch], Awaitable[None]]
 
 
 def _plain(runner: EngineRunner) -> EngineStep:
@@ -97,7 +96,9 @@ def _faithful(runner: EngineRunner) -> EngineStep:
 
 
 @pytest.mark.parametrize("make_step", [_plain, _faithful], ids=["plain", "fidelity"])
-def test_engine_step_feeds_the_adaptive_controller(make_step: Callable[[EngineRunner], Any]):
+def test_engine_step_feeds_the_adaptive_controller(
+    make_step: Callable[[EngineRunner], EngineStep],
+):
     settings = load_settings()
     settings = settings.model_copy(
         update={
