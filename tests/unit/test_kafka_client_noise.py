@@ -1,0 +1,47 @@
+"""Which kafka-python log records are demoted as close-time noise, and which are not."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+
+import pytest
+
+from pipeline.kafka_clients import quiet_client_noise
+
+
+def _generator_already_executing() -> ValueError:
+    """The real error: a generator closed while it is running (what kafka-python's close hits)."""
+
+    def step() -> Generator[None, None, None]:
+        running.close()
+        yield
+
+    running = step()
+    try:
+        next(running)
+    except ValueError as error:
+        return error
+    raise AssertionError("closing a running generator did not raise")
+
+
+def _log_close_error(error: BaseException) -> None:
+    log = logging.getLogger("kafka.net.selector")
+    try:
+        raise error
+    except BaseException:
+        log.exception("Error closing coroutine for cancelled task")
+
+
+def test_closing_a_running_task_is_demoted(caplog: pytest.LogCaptureFixture) -> None:
+    quiet_client_noise()
+    caplog.set_level(logging.WARNING)
+    _log_close_error(_generator_already_executing())
+    assert caplog.records == []
+
+
+def test_other_close_errors_still_reach_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    quiet_client_noise()
+    caplog.set_level(logging.WARNING)
+    _log_close_error(ValueError("something else went wrong"))
+    assert [r.levelno for r in caplog.records] == [logging.ERROR]
