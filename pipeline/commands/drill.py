@@ -106,19 +106,24 @@ def run_drill(settings: Settings, name: str) -> Any:
     from pipeline.drill.scenarios import run_scenario, scenario
 
     chosen = scenario(name)
+    kafka_logs = logging.getLogger("kafka")
+    level = kafka_logs.level
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # a drill provokes lost connections; kafka-python logs each one at ERROR
-        logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    ctx = DrillContext.open(
-        settings,
-        workers=settings.drill.workers,
-        home=settings.drill.home,
-        isolate_last=chosen.isolates_worker,
-    )
+        kafka_logs.setLevel(logging.CRITICAL)
     try:
-        return run_scenario(ctx, chosen)
+        ctx = DrillContext.open(
+            settings,
+            workers=settings.drill.workers,
+            home=settings.drill.home,
+            isolate_last=chosen.isolates_worker,
+        )
+        try:
+            return run_scenario(ctx, chosen)
+        finally:
+            ctx.close()
     finally:
-        ctx.close()
+        kafka_logs.setLevel(level)
 
 
 def describe(report: Any) -> str:

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 
 import pytest
 
 from pipeline.kafka_clients import quiet_client_noise
+
+
+@pytest.fixture(autouse=True)
+def kafka_logs_enabled() -> Iterator[None]:
+    """Every record reaches caplog, whatever level another test left on ``kafka``."""
+    logger = logging.getLogger("kafka")
+    level = logger.level
+    logger.setLevel(logging.NOTSET)
+    yield
+    logger.setLevel(level)
 
 
 def _generator_already_executing() -> ValueError:
