@@ -26,14 +26,15 @@ class LoadReport:
     replies: ReplyBatch
     wall_s: float
 
+    def latencies_ms(self) -> list[float]:
+        """Each result's latency (submitted to published), in request order."""
+        return [float(r.latency_ms) for r in self.replies.ordered if r is not None]
+
     def summary(self) -> dict[str, Any]:
         """The figures every ``bench`` command prints."""
         results = [r for r in self.replies.ordered if r is not None]
         ok = [r for r in results if r.status == "ok"]
-        latencies = np.array([r.latency_ms for r in results], dtype=float)
-        p50, p95, p99 = (
-            np.percentile(latencies, [50, 95, 99]) if len(latencies) else (float("nan"),) * 3
-        )
+        p50, p95, p99 = latency_percentiles(self.latencies_ms())
         span_ms = (
             max(r.completed_at for r in results) - min(r.submitted_at for r in results)
             if results
@@ -49,14 +50,22 @@ class LoadReport:
             "duration_s": round(span_s, 3),
             "throughput_rps": round(len(results) / span_s, 2),
             "tokens_per_s": round(tokens / span_s, 1),
-            "p50_ms": round(float(p50), 1),
-            "p95_ms": round(float(p95), 1),
-            "p99_ms": round(float(p99), 1),
+            "p50_ms": round(p50, 1),
+            "p95_ms": round(p95, 1),
+            "p99_ms": round(p99, 1),
             "cache_hit_ratio": round(sum(r.cache != "miss" for r in ok) / len(ok), 4)
             if ok
             else 0.0,
             "cache_levels": dict(Counter(r.cache for r in ok)),
         }
+
+
+def latency_percentiles(latencies_ms: Sequence[float]) -> tuple[float, float, float]:
+    """P50, P95 and P99 (NaN when there are none)."""
+    if not latencies_ms:
+        return (float("nan"),) * 3
+    p50, p95, p99 = np.percentile(np.array(latencies_ms, dtype=float), [50, 95, 99])
+    return float(p50), float(p95), float(p99)
 
 
 def run_load(

@@ -16,16 +16,23 @@ from pipeline.settings import Settings
 @click.option(
     "--flood",
     type=click.IntRange(min=1),
-    default=10_000,
+    default=3_000,
     show_default=True,
     help="Requests the flooding tenant submits at once.",
 )
 @click.option(
     "--steady",
     type=click.IntRange(min=1),
-    default=200,
+    default=600,
     show_default=True,
     help="Requests of the steady tenant per phase.",
+)
+@click.option(
+    "--repeat",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Alone and fair-share phases, alternated; percentiles pool every repeat.",
 )
 @click.option(
     "--rate",
@@ -47,13 +54,19 @@ def fairness(
     flood: int,
     steady: int,
     rate: float,
+    repeat: int,
     quantum_chars: int | None,
     as_json: bool,
 ) -> None:
     """Steady tenant's P99 alone, under a flood with fair share, and without (starts workers)."""
     machine = Machine.current()  # before the runs load the machine
     doc = measure_fairness(
-        settings, flood=flood, steady=steady, rate=rate, quantum_chars=quantum_chars
+        settings,
+        flood=flood,
+        steady=steady,
+        rate=rate,
+        repeat=repeat,
+        quantum_chars=quantum_chars,
     )
     doc["machine"] = asdict(machine)
     click.echo(json.dumps(doc, indent=None if as_json else 2))

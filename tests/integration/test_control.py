@@ -334,12 +334,12 @@ def test_a_steady_tenant_overtakes_a_flood_read_before_it(
     P99 compares with the P99 alone is a performance figure, measured by
     ``babelstream bench fairness`` (README), not asserted on a shared machine.
     """
-    alone = steady_load(settings, 80, 5.0, seed=61)
+    alone = steady_load(settings, 80, 5.0, seed=61).summary()
     # more than the worker translates while the steady load runs; what is left then
     # expires (resolved as timeouts, no compute) before the test ends
     with Flood(settings, 20_000, seed=62, timeout_ms=300_000) as flood:
         read_ahead_s = flood.wait_read_ahead(worker, limit_s=300)
-        with_flood = steady_load(settings, 80, 5.0, seed=63)
+        with_flood = steady_load(settings, 80, 5.0, seed=63).summary()
         done_by_then = flood.done()
         flood.finish(limit_s=400)
     print(
