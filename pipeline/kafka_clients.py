@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pipeline.settings import KafkaSettings
@@ -124,6 +126,19 @@ def quiet_client_noise() -> None:
         logger = logging.getLogger(name)
         if _NOISE not in logger.filters:
             logger.addFilter(_NOISE)
+
+
+@contextmanager
+def kafka_logs_silenced() -> Iterator[None]:
+    """kafka-python's loggers at CRITICAL for a while (it logs each refused connection at
+    ERROR; a probe or a drill provokes some), then back at their level."""
+    logger = logging.getLogger("kafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def kafka_python_options(kafka: KafkaSettings, role: str) -> dict[str, Any]:

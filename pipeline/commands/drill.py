@@ -8,6 +8,7 @@ reconciliation by request id. Exit 0 when every guarantee held, 1 otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 import click
 
 from pipeline.commands.options import DURATION
+from pipeline.kafka_clients import kafka_logs_silenced
 from pipeline.settings import Settings
 
 
@@ -106,12 +108,9 @@ def run_drill(settings: Settings, name: str) -> Any:
     from pipeline.drill.scenarios import run_scenario, scenario
 
     chosen = scenario(name)
-    kafka_logs = logging.getLogger("kafka")
-    level = kafka_logs.level
-    if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
-        # a drill provokes lost connections; kafka-python logs each one at ERROR
-        kafka_logs.setLevel(logging.CRITICAL)
-    try:
+    # a drill provokes lost connections; kafka-python logs each one at ERROR
+    quiet = logging.getLogger().getEffectiveLevel() >= logging.WARNING
+    with kafka_logs_silenced() if quiet else contextlib.nullcontext():
         ctx = DrillContext.open(
             settings,
             workers=settings.drill.workers,
@@ -122,8 +121,6 @@ def run_drill(settings: Settings, name: str) -> Any:
             return run_scenario(ctx, chosen)
         finally:
             ctx.close()
-    finally:
-        kafka_logs.setLevel(level)
 
 
 def describe(report: Any) -> str:

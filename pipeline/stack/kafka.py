@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import base64
-import logging
 import re
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.errors import StackError
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka_clients import kafka_logs_silenced, kafka_python_options
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
 from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports
@@ -94,18 +91,6 @@ def render_server_properties(
             }
         )
     return "".join(f"{key}={value}\n" for key, value in props.items())
-
-
-@contextmanager
-def _quiet_kafka_logs() -> Iterator[None]:
-    """kafka-python logs each refused connection at ERROR; a probe expects some."""
-    logger = logging.getLogger("kafka")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def cluster_id(seed: str) -> str:
@@ -219,7 +204,7 @@ class KafkaService(Service):
         from kafka.errors import KafkaError
 
         try:
-            with _quiet_kafka_logs():
+            with kafka_logs_silenced():
                 admin = KafkaAdminClient(
                     **{
                         **kafka_python_options(self._clients, "stack"),
