@@ -272,6 +272,9 @@ class WorkerShell:
             "ready": reason is None,
             "worker": self.ctx.worker_name,
             "group": self.app.conf.id,
+            # grows on every revocation and assignment: a drill that sees it change
+            # knows the group rebalanced, and uncommitted work was read again
+            "epoch": self.offsets.ledger.epoch,
         }
         if reason is not None:
             details["reason"] = reason

@@ -178,6 +178,10 @@ class DrillContext:
                     future.result()
         return time.monotonic() - began
 
+    def epochs(self) -> dict[str, int | None]:
+        """Each worker's assignment epoch (None: its readiness page did not answer)."""
+        return {w.instance_id: (w.readiness() or {}).get("epoch") for w in self.workers}
+
     def assignments(self) -> list[Assignment]:
         return [assignment_of(w.readiness()) for w in self.workers]
 
