@@ -61,12 +61,12 @@ row is judged by exactly the watermark that dropped (or kept) it.
 
 *Delivery*: Spark commits a micro-batch to the checkpoint after
 ``foreachBatch`` returns and re-runs an uncommitted one with the same id and
-rows after a restart. Each sink records the last batch it wrote
-(:class:`pipeline.sla.BatchLog` under ``<checkpoint>/sinks/``) and skips batches
-it already wrote; Parquet files are named by batch id and content, so a
-rewrite replaces the same file. The one gap left is a crash between a Kafka
-flush and its log update, which re-sends that batch's records (at-least-once,
-like Spark's own Kafka sink).
+rows after a restart; each sink skips a batch it already wrote. The Kafka
+sinks write each batch and its id in one transaction (:class:`KafkaSink`), so
+``read_committed`` readers see every window and late row once, however the job
+is killed: Spark's own Kafka sink is at-least-once. Files record the last batch
+in :class:`pipeline.sla.BatchLog` under ``<checkpoint>/sinks/``; Parquet files
+are named by batch id and content, so a rewrite replaces the same file.
 """
 
 from __future__ import annotations
@@ -78,17 +78,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from kafka import KafkaProducer
+from kafka import KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from pipeline.kafka_clients import kafka_python_options, spark_kafka_options
+from pipeline.kafka_clients import admin_client, kafka_python_options, spark_kafka_options
 from pipeline.messages import UNSUPPORTED_PAIR_REASON, UNSUPPORTED_SERIES, LateResult, SlaWindow
 from pipeline.settings import Settings, SlaSettings
 from pipeline.sla import (
@@ -108,6 +109,7 @@ from pipeline.sla import (
     late_watermark,
     result_schema_ddl,
     schema_ddl,
+    sink_transactional_id,
     spark_interval,
     to_late_result,
     to_sla_window,
@@ -363,27 +365,126 @@ def job_output(stream: DataFrame, sla: SlaSettings, late_rows: bool) -> DataFram
 
 
 class KafkaSink:
-    """A kafka-python producer for the job's output topics, opened on first use."""
+    """The job's output topics; each micro-batch goes to a topic in one Kafka transaction.
+
+    The transaction carries the batch's records and its mark: offset ``batch id
+    + 1`` of the topic's partition 0, committed for a group named like the
+    transactional id (:func:`pipeline.sla.sink_transactional_id`) that nothing
+    consumes. Spark re-runs its uncommitted batch after a restart: if that
+    batch's transaction committed, the mark says so and the batch is skipped; if
+    it did not, the restarted producer's ``init_transactions`` aborted it, and it
+    is written again. Readers in ``read_committed`` mode (every reader in this
+    project) see each batch's records once, whenever the job is killed.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self._kafka = settings.kafka
+        self.transactional_id = sink_transactional_id(settings.sla)
         self._producer: KafkaProducer | None = None
+        # topic -> the last batch committed to it (None: none yet)
+        self._marks: dict[str, int | None] = {}
 
-    def send(self, topic: str, records: Sequence[tuple[bytes, bytes]]) -> None:
-        """Produce ``(key, value)`` records and wait until every one is acknowledged."""
+    def _open(self) -> KafkaProducer:
         if self._producer is None:
-            self._producer = KafkaProducer(
-                **kafka_python_options(self._kafka, "sla"), acks="all", linger_ms=5
+            producer = KafkaProducer(
+                **kafka_python_options(self._kafka, "sla"),
+                acks="all",
+                linger_ms=5,
+                transactional_id=self.transactional_id,
             )
-        futures = [self._producer.send(topic, key=key, value=value) for key, value in records]
-        self._producer.flush()
-        for future in futures:
-            future.get(timeout=_SEND_TIMEOUT_S)
+            # fences a predecessor with this id, and completes or aborts its open transaction
+            producer.init_transactions()
+            self._producer = producer
+        return self._producer
+
+    def written(self, topic: str, batch_id: int) -> bool:
+        """Whether ``batch_id`` was committed to ``topic`` (by this job or its predecessor)."""
+        if topic not in self._marks:
+            self._open()  # the predecessor's last transaction is final from here on
+            self._marks[topic] = self._read_mark(topic)
+        last = self._marks[topic]
+        return last is not None and batch_id <= last
+
+    def _read_mark(self, topic: str) -> int | None:
+        holder = TopicPartition(topic, 0)
+        admin = admin_client(self._kafka, "sla")
+        try:
+            offsets = admin.list_group_offsets({self.transactional_id: [holder]})
+        finally:
+            admin.close()
+        mark = offsets.get(self.transactional_id, {}).get(holder)
+        return mark.offset - 1 if mark is not None and mark.offset > 0 else None
+
+    def send(self, topic: str, records: Sequence[tuple[bytes, bytes]], batch_id: int) -> None:
+        """Commit ``(key, value)`` records and ``batch_id``'s mark to ``topic``, atomically."""
+        producer = self._open()
+        producer.begin_transaction()
+        try:
+            futures = [producer.send(topic, key=key, value=value) for key, value in records]
+            producer.flush()
+            for future in futures:
+                future.get(timeout=_SEND_TIMEOUT_S)
+            producer.send_offsets_to_transaction(
+                {TopicPartition(topic, 0): OffsetAndMetadata(batch_id + 1, "", -1)},
+                self.transactional_id,
+            )
+            producer.commit_transaction()
+        except Exception:
+            with contextlib.suppress(Exception):  # fenced or gone: the broker aborts it
+                producer.abort_transaction()
+            raise
+        self._marks[topic] = batch_id
 
     def close(self) -> None:
-        """Flush and close the producer, if one was opened."""
+        """Close the producer, if one was opened."""
         if self._producer is not None:
             self._producer.close()
+
+
+class BatchSink(Protocol):
+    """One output of the job, written at most once per micro-batch id."""
+
+    def done(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` was written already (before a restart, say)."""
+        ...
+
+    def write(self, items: list[Any], batch_id: int) -> None: ...
+
+
+class TopicSink:
+    """Items to one Kafka topic, each batch in a transaction with its mark (:class:`KafkaSink`)."""
+
+    def __init__(
+        self, kafka: KafkaSink, topic: str, encode: Callable[[Any], tuple[bytes, bytes]]
+    ) -> None:
+        self._kafka = kafka
+        self._topic = topic
+        self._encode = encode
+
+    def done(self, batch_id: int) -> bool:
+        return self._kafka.written(self._topic, batch_id)
+
+    def write(self, items: list[Any], batch_id: int) -> None:
+        self._kafka.send(self._topic, [self._encode(item) for item in items], batch_id)
+
+
+class LoggedSink:
+    """A file or console output and the :class:`BatchLog` it marks after each write.
+
+    Parquet files are named by batch and content, so a write repeated after a
+    crash before the mark replaces the same file; the console may print twice.
+    """
+
+    def __init__(self, write: Callable[[list[Any], int], None], batch_log: BatchLog) -> None:
+        self._write = write
+        self._log = batch_log
+
+    def done(self, batch_id: int) -> bool:
+        return self._log.done(batch_id)
+
+    def write(self, items: list[Any], batch_id: int) -> None:
+        self._write(items, batch_id)
+        self._log.mark(batch_id)
 
 
 def write_parquet(
@@ -406,22 +507,18 @@ def write_parquet(
 class _BatchSinks:
     """Runs each sink once per micro-batch id, however often Spark re-runs the batch."""
 
-    def __init__(
-        self, checkpoint: Path, sinks: dict[str, Callable[[list[Any], int], None]], what: str
-    ) -> None:
+    def __init__(self, sinks: dict[str, BatchSink], what: str) -> None:
         self._sinks = sinks
-        self._logs = {name: BatchLog(checkpoint / "sinks" / name) for name in sinks}
         self._what = what
         self.written = 0
 
     def write(self, items: list[Any], batch_id: int) -> None:
-        pending = [name for name, batch_log in self._logs.items() if not batch_log.done(batch_id)]
+        pending = [name for name, sink in self._sinks.items() if not sink.done(batch_id)]
         for name in pending:
-            self._sinks[name](items, batch_id)
-            self._logs[name].mark(batch_id)
+            self._sinks[name].write(items, batch_id)
         if pending:
             self.written += len(items)
-        done = sorted(set(self._logs) - set(pending))
+        done = sorted(set(self._sinks) - set(pending))
         log.info(
             "batch %d: %d %s -> %s (already written: %s)",
             batch_id,
@@ -432,22 +529,29 @@ class _BatchSinks:
         )
 
 
+def _window_record(item: tuple[SlaWindow, bytes | None]) -> tuple[bytes, bytes]:
+    window, _sketch = item
+    return window.pair.encode(), window.to_json()
+
+
+def _late_record(row: LateResult) -> tuple[bytes, bytes]:
+    return row.pair.encode(), row.to_json()
+
+
 class WindowSinks:
     """Each batch's finished windows to every sink."""
 
     def __init__(self, settings: Settings, kafka: KafkaSink) -> None:
         sla = settings.sla
         self._sla = sla
-        self._kafka = kafka
         self._burn = BurnRates()
-        writers: dict[str, Callable[[list[Any], int], None]] = {
-            "kafka": self._to_kafka,
-            "parquet": self._to_parquet,
-            "console": self._to_console,
+        logs = sla.checkpoint_dir / "sinks"
+        sinks: dict[str, BatchSink] = {
+            "kafka": TopicSink(kafka, sla.sink_topic, _window_record),
+            "parquet": LoggedSink(self._to_parquet, BatchLog(logs / "parquet")),
+            "console": LoggedSink(self._to_console, BatchLog(logs / "console")),
         }
-        self._batches = _BatchSinks(
-            sla.checkpoint_dir, {s: writers[s] for s in sla.sinks}, "windows"
-        )
+        self._batches = _BatchSinks({name: sinks[name] for name in sla.sinks}, "windows")
         if "parquet" in sla.sinks:
             self._resume_burn_rates()
 
@@ -479,9 +583,6 @@ class WindowSinks:
                 [(to_sla_window(f, self._sla, self._burn), f.sketch) for f in figures], batch_id
             )
 
-    def _to_kafka(self, items: list[tuple[SlaWindow, bytes | None]], _batch_id: int) -> None:
-        self._kafka.send(self._sla.sink_topic, [(w.pair.encode(), w.to_json()) for w, _ in items])
-
     def _to_parquet(self, items: list[tuple[SlaWindow, bytes | None]], batch_id: int) -> None:
         from pipeline.sla_history import HISTORY_SCHEMA
 
@@ -504,13 +605,13 @@ class LateSinks:
     def __init__(self, settings: Settings, kafka: KafkaSink) -> None:
         sla = settings.sla
         self._sla = sla
-        self._kafka = kafka
-        writers: dict[str, Callable[[list[Any], int], None]] = {}
+        sinks: dict[str, BatchSink] = {}
         if "kafka" in sla.sinks:
-            writers["late-kafka"] = self._to_kafka
+            sinks["late-kafka"] = TopicSink(kafka, sla.late_topic, _late_record)
         if "parquet" in sla.sinks:
-            writers["late-parquet"] = self._to_parquet
-        self._batches = _BatchSinks(sla.checkpoint_dir, writers, "late rows")
+            logs = sla.checkpoint_dir / "sinks"
+            sinks["late-parquet"] = LoggedSink(self._to_parquet, BatchLog(logs / "late-parquet"))
+        self._batches = _BatchSinks(sinks, "late rows")
 
     @property
     def rows(self) -> int:
@@ -526,9 +627,6 @@ class LateSinks:
                 ),
                 batch_id,
             )
-
-    def _to_kafka(self, rows: list[LateResult], _batch_id: int) -> None:
-        self._kafka.send(self._sla.late_topic, [(r.pair.encode(), r.to_json()) for r in rows])
 
     def _to_parquet(self, rows: list[LateResult], batch_id: int) -> None:
         write_parquet(self._sla.late_history_dir, "late", [r.model_dump() for r in rows], batch_id)

@@ -324,6 +324,9 @@ class SlaSettings(_Section):
     percentile_accuracy: int = Field(10_000, ge=1)
     sinks: tuple[SlaSink, ...] = Field(("kafka", "parquet", "console"), min_length=1)
     checkpoint_dir: Path = PROJECT_ROOT / "var" / "sla" / "checkpoint"
+    # the Kafka sinks' transactional id, also the group holding their batch marks;
+    # None: derived from checkpoint_dir (one per checkpoint, the same across restarts)
+    transactional_id: str | None = None
     history_dir: Path = PROJECT_ROOT / "var" / "sla" / "history"
     starting_offsets: Literal["earliest", "latest"] = "earliest"
     max_offsets_per_trigger: int | None = Field(None, ge=1)

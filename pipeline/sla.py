@@ -5,13 +5,14 @@ workers' ticks), aggregates per series (pair and priority class) and
 event-time window, and hands each finished window to the sinks as a plain
 row; this module parses the job's options, turns rows into
 :class:`~pipeline.messages.SlaWindow` messages (objectives met, error-budget
-burn rates), keeps the per-sink batch log that makes sink writes idempotent
-across restarts, and follows the query's progress to decide when an
-``--until-idle`` run is done.
+burn rates), keeps the batch log that makes file sinks' writes idempotent
+across restarts, names the Kafka sinks' transactions, and follows the query's
+progress to decide when an ``--until-idle`` run is done.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -322,6 +323,18 @@ def checkpoint_batches(checkpoint: Path) -> tuple[int, int]:
     sink returned; a planned batch beyond the last commit is re-run on start.
     """
     return _last_id(checkpoint / "offsets"), _last_id(checkpoint / "commits")
+
+
+def sink_transactional_id(sla: SlaSettings) -> str:
+    """The Kafka sinks' transactional id: the configured one, or one per checkpoint.
+
+    Stable across restarts (a restarted job must fence and abort its predecessor's
+    open transaction), distinct for jobs on distinct checkpoints.
+    """
+    if sla.transactional_id:
+        return sla.transactional_id
+    digest = hashlib.blake2b(str(sla.checkpoint_dir.resolve()).encode(), digest_size=6)
+    return f"babelstream-sla-{digest.hexdigest()}"
 
 
 class BatchLog:

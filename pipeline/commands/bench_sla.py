@@ -164,6 +164,7 @@ def read_windows(settings: Settings, topic: str) -> list[SlaWindow]:
         auto_offset_reset="earliest",
         enable_auto_commit=False,
         consumer_timeout_ms=3000,
+        isolation_level="read_committed",  # the SLA job writes in transactions
     )
     try:
         return [SlaWindow.from_json(record.value) for record in consumer]

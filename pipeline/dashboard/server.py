@@ -137,6 +137,7 @@ class SlaFeed:
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            isolation_level="read_committed",  # the SLA job writes in transactions
         )
         await consumer.start()
         try:

@@ -32,6 +32,7 @@ class TopicFollower:
             **kafka_python_options(kafka, role),
             group_id=None,
             enable_auto_commit=False,
+            isolation_level="read_committed",  # the SLA job writes in transactions
         )
         partitions = self._consumer.partitions_for_topic(topic) or set()
         if not partitions:

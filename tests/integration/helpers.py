@@ -28,7 +28,10 @@ class TopicTail:
         if isinstance(kafka, str):
             kafka = KafkaSettings(bootstrap_servers=kafka)
         self._consumer = KafkaConsumer(
-            **kafka_python_options(kafka, "tests-tail"), group_id=None, enable_auto_commit=False
+            **kafka_python_options(kafka, "tests-tail"),
+            group_id=None,
+            enable_auto_commit=False,
+            isolation_level="read_committed",  # the SLA job writes in transactions
         )
         partitions = self._consumer.partitions_for_topic(topic) or set()
         assert partitions, f"topic {topic} does not exist"

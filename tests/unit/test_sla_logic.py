@@ -37,6 +37,7 @@ from pipeline.sla import (
     parse_duration,
     parse_thresholds,
     result_schema_ddl,
+    sink_transactional_id,
     spark_interval,
     to_late_result,
     to_sla_window,
@@ -315,13 +316,25 @@ def test_late_watermark_is_the_previous_batchs(tmp_path: Path) -> None:
 
 
 def test_batch_log(tmp_path: Path) -> None:
-    batch_log = BatchLog(tmp_path / "sinks" / "kafka")
+    batch_log = BatchLog(tmp_path / "sinks" / "parquet")
     assert batch_log.last() is None and not batch_log.done(0)
     batch_log.mark(3)
     assert batch_log.last() == 3
     assert batch_log.done(2) and batch_log.done(3) and not batch_log.done(4)
-    assert BatchLog(tmp_path / "sinks" / "kafka").done(3), "survives a restart"
-    assert [p.name for p in (tmp_path / "sinks").iterdir()] == ["kafka"]
+    assert BatchLog(tmp_path / "sinks" / "parquet").done(3), "survives a restart"
+    assert [p.name for p in (tmp_path / "sinks").iterdir()] == ["parquet"]
+
+
+def test_sink_transactional_id_is_one_per_checkpoint(tmp_path: Path) -> None:
+    """A restarted job must reuse its id (to fence its predecessor); other checkpoints differ."""
+    first = SlaSettings(checkpoint_dir=tmp_path / "a")
+    again = SlaSettings(checkpoint_dir=tmp_path / "x" / ".." / "a")
+    other = SlaSettings(checkpoint_dir=tmp_path / "b")
+    assert sink_transactional_id(first) == sink_transactional_id(again)
+    assert sink_transactional_id(first) != sink_transactional_id(other)
+    assert sink_transactional_id(first).startswith("babelstream-sla-")
+    named = SlaSettings(checkpoint_dir=tmp_path / "a", transactional_id="sla-eu-1")
+    assert sink_transactional_id(named) == "sla-eu-1"
 
 
 def test_checkpoint_batches(tmp_path: Path) -> None:
