@@ -214,14 +214,28 @@ class OffsetKeeper:
         with self._admin_lock:  # one admin client, used from executor threads in turn
             if self._admin is None:
                 self._admin = admin_client(self._kafka, "offsets")
-            found = self._admin.list_group_offsets(
-                {self._group: [KafkaTP(tp.topic, tp.partition) for tp in tps]}
-            )[self._group]
+            try:
+                found = self._admin.list_group_offsets(
+                    {self._group: [KafkaTP(tp.topic, tp.partition) for tp in tps]}
+                )[self._group]
+            except Exception:
+                # kafka-python (3.0.12) caches the group's coordinator and never forgets
+                # it: once the coordinator moves (a broker restart, the leader rebalance
+                # after it), every call fails with NotCoordinatorError and the worker
+                # cannot start a partition again. A new client looks the coordinator up.
+                self._drop_admin()
+                raise
         return {
             TopicPartition(tp.topic, tp.partition): meta.offset
             for tp, meta in found.items()
             if meta.offset is not None and meta.offset >= 0
         }
+
+    def _drop_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
 
     # -- committing ------------------------------------------------------------
 
