@@ -56,6 +56,7 @@ from workers.faust_adapter import (
     micro_batches,
     record_of,
     tp_of,
+    use_idempotent_producer,
 )
 from workers.offsets import OffsetKeeper
 from workers.producer import FaustProducer
@@ -325,6 +326,7 @@ def create_app(
         web_host=w.web_host,
         web_enabled=True,
     )
+    use_idempotent_producer(app)
     offsets = OffsetKeeper(app, s.kafka, app_id, w.commit_interval_s)
     producer = FaustProducer(app, w.produce_timeout_s)
     shell = WorkerShell(app, ctx, offsets, producer)

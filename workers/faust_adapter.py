@@ -14,6 +14,9 @@ API, and each use is here, with why:
 * the worker's signal handlers (``mode.Worker._on_sigterm`` / ``_on_sigint``):
   a stop first drains the running batch and commits it, then lets Faust stop;
 * the worker's shutdown trigger (``mode.Worker._schedule_shutdown``);
+* the producer's client settings (aiokafka driver ``Producer._settings_extra``):
+  Faust turns on idempotence only for exactly-once (transactional) apps, and
+  without it a produce retried after a lost acknowledgement is written twice;
 * the group coordinator's heartbeat (aiokafka's ``GroupCoordinator._do_heartbeat``,
   reached through Faust's consumer thread): a member cut off from the brokers
   is evicted after its session timeout but only learns so at its next answered
@@ -35,6 +38,7 @@ from typing import Any, cast
 
 import faust
 from faust.streams import _current_event
+from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, EventT, StreamT
 
 from pipeline.errors import EXIT_TEMPFAIL
@@ -97,6 +101,24 @@ async def commit_offsets(app: faust.App, offsets: Mapping[TopicPartition, int]) 
     """
     tps = {TP(tp.topic, tp.partition): offset for tp, offset in offsets.items()}
     return bool(await cast(Any, app.consumer)._commit(tps))
+
+
+class _IdempotentProducer(aiokafka_driver.Producer):
+    """Faust's aiokafka producer with idempotence on (its transactional producer's hook).
+
+    aiokafka retries a batch whose acknowledgement timed out; the broker may
+    have written it, and without producer ids and sequence numbers it writes
+    it again. The router's copy of a request then reaches the translation
+    agent twice, and its result is published twice.
+    """
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
+
+def use_idempotent_producer(app: faust.App) -> None:
+    """Make every record the app produces (results, forwards, changelogs) idempotent."""
+    app.producer = _IdempotentProducer(app.transport, loop=app.loop, beacon=app.beacon)
 
 
 def assigned_partitions(app: faust.App) -> set[TopicPartition]:
