@@ -16,7 +16,7 @@ API, and each use is here, with why:
 * the worker's shutdown trigger (``mode.Worker._schedule_shutdown``);
 * the producer's client settings (aiokafka driver ``Producer._settings_extra``):
   Faust turns on idempotence only for exactly-once (transactional) apps, and
-  without it a produce retried after a lost acknowledgement is written twice;
+  without it a produce retried after a leader change is written twice;
 * the group coordinator's heartbeat (aiokafka's ``GroupCoordinator._do_heartbeat``,
   reached through Faust's consumer thread): a member cut off from the brokers
   is evicted after its session timeout but only learns so at its next answered
@@ -106,10 +106,14 @@ async def commit_offsets(app: faust.App, offsets: Mapping[TopicPartition, int]) 
 class _IdempotentProducer(aiokafka_driver.Producer):
     """Faust's aiokafka producer with idempotence on (its transactional producer's hook).
 
-    aiokafka retries a batch whose acknowledgement timed out; the broker may
-    have written it, and without producer ids and sequence numbers it writes
-    it again. The router's copy of a request then reaches the translation
-    agent twice, and its result is published twice.
+    aiokafka retries a batch that failed with a retriable error. When the
+    partition's leader moves (a broker restart, or the preferred-leader
+    rebalance minutes after one), a produce waiting for its replicas fails
+    with NotLeaderForPartition although the new leader already has the
+    records; without producer ids and sequence numbers the retry writes them
+    again. The chaos suite saw exactly that: the router's forwards of three
+    requests reached the translation agent twice, answered from L1 and then,
+    317 ms later, from the dedup window.
     """
 
     def _settings_extra(self) -> Mapping[str, Any]:
