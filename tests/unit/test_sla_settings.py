@@ -87,7 +87,11 @@ def test_summary_line() -> None:
         (["--watermark", "soon"], "invalid duration"),
     ],
 )
-def test_bad_options_fail_before_spark_starts(args: list[str], message: str) -> None:
+def test_bad_options_fail_before_spark_starts(
+    args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # whatever ran before in this session (an integration test uses the job's sink)
+    monkeypatch.delitem(sys.modules, "jobs.sla", raising=False)
     result = CliRunner().invoke(main, ["sla", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output
