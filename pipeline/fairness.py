@@ -13,6 +13,12 @@ and offsets are committed only up to the oldest request not yet published on
 each partition (Faust commits the first gap-free run of acknowledged
 offsets), so a crash re-delivers everything held. Per-tenant order is kept;
 only different tenants' requests overtake each other.
+
+A running round cannot be interrupted, so a tenant that starts sending while
+another floods alone waits for the round in progress: a lone tenant's rounds
+are cut at about ``tenants.max_round_s`` of run time (:class:`RoundPace`,
+from the measured pace of the agent's own rounds), never shorter than one full
+engine call (:func:`lone_round_s`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from pipeline.engine.costs import CostModel
 
 DEFAULT_TENANT = "default"
 
@@ -46,7 +55,9 @@ class DeficitRoundRobin(Generic[T]):
     ``active_s`` seconds), a round is one pass: the engine is never
     interrupted, so a short round is what bounds how long a steady tenant's
     request waits behind a flooding one. A lone tenant's rounds are filled
-    up to ``max_items`` (nobody waits behind them). When a pass takes nothing
+    up to ``max_items`` (nobody waits behind them yet), or until their cost
+    reaches the ``max_cost`` the caller passes (so whoever comes next does not
+    wait for a long one). When a pass takes nothing
     (every head item costs more than its tenant's deficit so far), passes
     repeat, so a round is never empty while items are held.
     """
@@ -88,12 +99,26 @@ class DeficitRoundRobin(Generic[T]):
             self._held += 1
             self._last_seen[tenant] = self._clock()
 
-    def next_round(self) -> list[T]:
-        """The items of the next engine round (empty only when nothing is held)."""
+    def next_round(self, max_cost: float | None = None) -> list[T]:
+        """The items of the next engine round (empty only when nothing is held).
+
+        ``max_cost`` bounds a lone tenant's round (it may pass it by one
+        quantum); with two or more active tenants a round is one pass anyway.
+        """
         crowded = self.active_tenants() > 1
         chosen: list[T] = []
-        while self._held and (not chosen or (not crowded and len(chosen) < self._max_items)):
+        cost = 0
+        while self._held and (
+            not chosen
+            or (
+                not crowded
+                and len(chosen) < self._max_items
+                and (max_cost is None or cost < max_cost)
+            )
+        ):
+            taken = len(chosen)
             self._pass(chosen)
+            cost += sum(max(1, self._cost_of(item)) for item in chosen[taken:])
         return chosen
 
     def active_tenants(self) -> int:
@@ -148,6 +173,54 @@ class DeficitRoundRobin(Generic[T]):
         return {tenant: len(queue) for tenant, queue in self._queues.items()}
 
 
+# A request's length in tokens when sizing "one full engine call" (a short sentence).
+TYPICAL_TOKENS = 32
+
+
+def lone_round_s(max_round_s: float | None, cost: CostModel, token_budget: int) -> float | None:
+    """How long a lone tenant's round may run: ``max_round_s``, or one full engine call
+    (``token_budget`` tokens of typical requests, by the pair's cost model) if that is
+    longer, since a shorter round would give up batching the planner would have used.
+    ``None``: no bound (rounds fill to the batch size)."""
+    if max_round_s is None:
+        return None
+    calls = max(1, token_budget // TYPICAL_TOKENS)
+    return max(max_round_s, cost.seconds(calls, TYPICAL_TOKENS))
+
+
+class RoundPace:
+    """The characters a round may hold to run about ``round_s``, from the pace of past rounds.
+
+    The pace (characters per second, an exponentially weighted mean over
+    rounds) includes everything a round does, lookups and publishing too.
+    Until a round has been measured, or with ``round_s`` ``None``, rounds are
+    not bounded.
+    """
+
+    def __init__(self, round_s: float | None, smoothing: float = 0.3) -> None:
+        if not 0 < smoothing <= 1:
+            raise ValueError("smoothing must be in (0, 1]")
+        self._round_s = round_s
+        self._smoothing = smoothing
+        self.chars_per_s: float | None = None
+
+    def observe(self, chars: int, seconds: float) -> None:
+        """One round of ``chars`` characters ran ``seconds``."""
+        if chars <= 0 or seconds <= 0:
+            return
+        pace = chars / seconds
+        previous = self.chars_per_s
+        self.chars_per_s = (
+            pace if previous is None else previous + self._smoothing * (pace - previous)
+        )
+
+    def max_chars(self) -> float | None:
+        """The bound for the next round's characters (``None``: unbounded)."""
+        if self._round_s is None or self.chars_per_s is None:
+            return None
+        return self._round_s * self.chars_per_s
+
+
 class FairRounds(Generic[T]):
     """Work held between the agent that fetches it and the task that runs engine rounds.
 
@@ -169,11 +242,11 @@ class FairRounds(Generic[T]):
             self._rounds.offer(items)
             self._changed.notify_all()
 
-    async def next_round(self) -> list[T]:
+    async def next_round(self, max_cost: float | None = None) -> list[T]:
         """The next round's items (waits until something is held)."""
         async with self._changed:
             await self._changed.wait_for(lambda: len(self._rounds) > 0)
-            chosen = self._rounds.next_round()
+            chosen = self._rounds.next_round(max_cost)
             self._changed.notify_all()
             return chosen
 

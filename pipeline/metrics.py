@@ -149,6 +149,13 @@ FAIR_SHARE_HELD = Gauge(
     ["topic", "tenant"],
     registry=REGISTRY,
 )
+FAIR_SHARE_ROUND_LIMIT = Gauge(
+    "babelstream_fair_share_round_limit_chars",
+    "Characters a lone tenant's round may hold (tenants.max_round_s at the measured pace of "
+    "the topic's rounds), by topic; absent until a round was measured.",
+    ["topic"],
+    registry=REGISTRY,
+)
 CANCELS_KNOWN = Gauge(
     "babelstream_cancels_known",
     "Live cancels (request ids and bulk jobs) the worker holds.",
@@ -206,6 +213,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_quota_checks_total",
     "babelstream_quota_errors_total",
     "babelstream_fair_share_held",
+    "babelstream_fair_share_round_limit_chars",
     "babelstream_cancels_known",
     "babelstream_reply_copies_total",
     "babelstream_engine_padding_ratio",
@@ -256,6 +264,12 @@ def set_fair_share_held(topic: str, held: Mapping[str, int], known: set[str]) ->
     """Requests held per tenant on ``topic``; tenants in ``known`` and not held read 0."""
     for tenant in known | set(held):
         FAIR_SHARE_HELD.labels(topic, tenant).set(held.get(tenant, 0))
+
+
+def set_fair_share_round_limit(topic: str, chars: float | None) -> None:
+    """The bound on a lone tenant's next round on ``topic`` (``None``: unbounded, not set)."""
+    if chars is not None:
+        FAIR_SHARE_ROUND_LIMIT.labels(topic).set(chars)
 
 
 def record_engine_call(pair: str, priority: str, padding_ratio: float, seconds: float) -> None:

@@ -441,6 +441,10 @@ class TenantSettings(_Section):
     quantum_chars: int = Field(128, ge=1)
     default_weight: float = Field(1.0, gt=0)
     weights: dict[str, Annotated[float, Field(gt=0)]] = {}
+    # a lone tenant's round is cut at about this run time (or one full engine call, if
+    # longer), so a tenant that starts sending waits at most that long behind a flood;
+    # None: a lone tenant's rounds fill to the batch size
+    max_round_s: float | None = Field(0.25, gt=0)
     # fetched events an agent may hold back for fair share (uncommitted); with this many
     # held, fetching pauses until rounds drain them
     max_deferred: int = Field(20_000, ge=0)
@@ -582,6 +586,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="BABELSTREAM_",
         env_nested_delimiter="__",
+        # BABELSTREAM_X=null sets an optional setting to None (no bound, unlimited, ...)
+        env_parse_none_str="null",
         frozen=True,
         extra="ignore",
     )

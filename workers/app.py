@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import cost_of
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
-from pipeline.fairness import DeficitRoundRobin, FairRounds
+from pipeline.fairness import DeficitRoundRobin, FairRounds, RoundPace, lone_round_s
 from pipeline.fidelity.service import FidelityService
 from pipeline.kafka_clients import faust_app_options
 from pipeline.messages import SlaWindow
@@ -417,8 +418,9 @@ def _add_pair_agents(
         # Take as much as the shape may ever ask for; the shell cuts it to the current size.
         take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
         size = lambda shaper=shaper: shaper.knobs.max_messages  # noqa: E731 (read at each cut)
+        round_s = lone_round_s(s.tenants.max_round_s, cost, budget)
         agent = (
-            _fair_agent(shell, runner, window, take, topic_name, size)
+            _fair_agent(shell, runner, window, take, topic_name, size, round_s)
             if s.tenants.fair_share
             else _plain_agent(shell, runner, window, take, w.max_wait_s, size)
         )
@@ -449,8 +451,11 @@ def _fair_agent(
     take: int,
     topic: str,
     batch_size: Callable[[], int] | None = None,
+    max_round_s: float | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
+
+    ``max_round_s`` bounds a lone tenant's rounds (:class:`~pipeline.fairness.RoundPace`).
 
     Held events are admitted (their offsets owed) but not done, so nothing past
     the oldest of them is committed; events of an assignment that was revoked
@@ -472,7 +477,7 @@ def _fair_agent(
             max_held=tenants.max_deferred,
         )
         server = asyncio.create_task(
-            _serve_rounds(shell, runner, window, rounds, topic, batch_size)
+            _serve_rounds(shell, runner, window, rounds, topic, batch_size, RoundPace(max_round_s))
         )
         server.add_done_callback(functools.partial(_rounds_ended, shell, topic))
         try:
@@ -507,15 +512,19 @@ async def _serve_rounds(
     rounds: FairRounds[Held],
     topic: str,
     batch_size: Callable[[], int] | None,
+    pace: RoundPace,
 ) -> None:
     seen: set[str] = set()
     while True:
-        chosen = await rounds.next_round()
+        chosen = await rounds.next_round(pace.max_chars())
         current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
         if current:
+            started = time.monotonic()
             await shell.process(
                 [h.event for h in current], [h.ticket for h in current], runner, window, batch_size
             )
+            pace.observe(sum(h.chars for h in current), time.monotonic() - started)
+            metrics.set_fair_share_round_limit(topic, pace.max_chars())
         held = rounds.held_by_tenant()
         metrics.set_fair_share_held(topic, held, seen)
         seen.update(held)

@@ -7,7 +7,14 @@ from collections import Counter
 
 import pytest
 
-from pipeline.fairness import DeficitRoundRobin, FairRounds, tenant_label
+from pipeline.engine.costs import CostModel
+from pipeline.fairness import (
+    DeficitRoundRobin,
+    FairRounds,
+    RoundPace,
+    lone_round_s,
+    tenant_label,
+)
 
 Item = tuple[str, int, int]  # (tenant, cost, sequence number)
 
@@ -113,6 +120,45 @@ def test_an_idle_tenant_banks_no_deficit() -> None:
     fair.offer(items("b", 100))
     first = Counter(t for t, _, _ in fair.next_round())
     assert first == {"a": 10, "b": 10}
+
+
+def test_a_lone_tenants_round_stops_at_the_cost_bound() -> None:
+    fair = drr(quantum=10, max_items=64)
+    fair.offer(items("flood", 1000, cost=7))
+    # passes of 1, 1, 2, 1, 1, 2 items (cost 7 against 10 more deficit each pass): the
+    # round stops after the pass that reaches 50, at 8 items (56)
+    assert len(fair.next_round(max_cost=50)) == 8
+    assert len(fair.next_round(max_cost=1)) >= 1, "never empty"
+    assert len(fair.next_round()) == 64, "unbounded: fills to the batch size"
+
+
+def test_the_cost_bound_does_not_change_crowded_rounds() -> None:
+    fair = drr(quantum=10)
+    fair.offer(items("a", 100))
+    fair.offer(items("b", 100))
+    assert Counter(t for t, _, _ in fair.next_round(max_cost=1)) == {"a": 10, "b": 10}
+
+
+def test_round_pace_bounds_rounds_by_measured_time() -> None:
+    pace = RoundPace(0.25, smoothing=0.5)
+    assert pace.max_chars() is None, "nothing measured yet: unbounded"
+    pace.observe(4000, 1.0)  # 4,000 chars/s
+    assert pace.max_chars() == pytest.approx(1000)
+    pace.observe(1000, 0.125)  # 8,000 chars/s: the mean moves half way
+    assert pace.max_chars() == pytest.approx(0.25 * 6000)
+    pace.observe(0, 0.5)  # an empty round says nothing about the pace
+    assert pace.max_chars() == pytest.approx(0.25 * 6000)
+    assert RoundPace(None).max_chars() is None
+    with pytest.raises(ValueError):
+        RoundPace(0.25, smoothing=0)
+
+
+def test_a_lone_round_is_never_shorter_than_one_full_engine_call() -> None:
+    cheap = CostModel(per_call_s=0.001, per_step_s=0.0, per_token_s=1e-5)  # 4k tokens: 42 ms
+    costly = CostModel(per_call_s=0.03, per_step_s=0.01, per_token_s=1e-3)  # 4k tokens: 4.4 s
+    assert lone_round_s(0.25, cheap, 4096) == 0.25
+    assert lone_round_s(0.25, costly, 4096) == pytest.approx(0.03 + 0.01 * 32 + 1e-3 * 4096)
+    assert lone_round_s(None, costly, 4096) is None
 
 
 def test_held_counts() -> None:

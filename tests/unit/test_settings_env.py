@@ -56,3 +56,11 @@ def test_invalid_values_name_their_variables(monkeypatch: pytest.MonkeyPatch) ->
     )
     assert "BABELSTREAM_REDIS__TTL_S=forever" in message
     assert "\n" not in message
+
+
+def test_null_unsets_an_optional_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BABELSTREAM_TENANTS__MAX_ROUND_S", "null")
+    monkeypatch.setenv("BABELSTREAM_TENANTS__DEFAULT_QUOTA_CHARS", "500")
+    tenants = settings_from_environment().tenants
+    assert tenants.max_round_s is None, "the default (0.25) is a bound: null turns it off"
+    assert tenants.default_quota_chars == 500
