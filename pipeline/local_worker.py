@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -99,6 +100,7 @@ class WorkerProcess:
         try:
             self.wait_ready(ready_timeout_s)
         except BaseException:
+            self.dump_stacks()  # why it never answered, in its log
             self.kill()  # never leave a half-started worker behind in the group
             raise
         return self
@@ -168,6 +170,14 @@ class WorkerProcess:
     def stop(self, timeout_s: float = 60.0) -> None:
         """Graceful stop (SIGTERM), then SIGKILL if it hangs."""
         self.signal(signal.SIGTERM, timeout_s)
+
+    def dump_stacks(self, settle_s: float = 2.0) -> None:
+        """Have a running worker log every thread's stack and asyncio task (SIGUSR1:
+        mode's handler, run by the worker's event loop)."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGUSR1)
+                time.sleep(settle_s)
 
     def kill(self) -> None:
         """Crash it: no graceful shutdown, no final commit."""

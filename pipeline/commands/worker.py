@@ -94,6 +94,7 @@ def worker(
 
     Readiness: GET /babelstream/ready on the web port (200 when serving).
     Prometheus metrics are served at /metrics on observability.metrics_port (9464).
+    ``kill -USR1 PID`` logs every thread's stack and every asyncio task (mode's handler).
     """
     from pipeline.engine.translator import CTranslate2Translator
     from pipeline.metrics import start_metrics_server

@@ -30,9 +30,12 @@ def settings(stack: object) -> Settings:
     return load_settings()
 
 
+WORKER_LOG = PROJECT_ROOT / "var" / "log" / "test-worker.log"
+
+
 @pytest.fixture(scope="module")
 def worker(settings: Settings) -> Iterator[WorkerProcess]:
-    with WorkerProcess(settings, log_path=PROJECT_ROOT / "var" / "log" / "test-worker.log") as w:
+    with WorkerProcess(settings, log_path=WORKER_LOG) as w:
         yield w
 
 
@@ -178,3 +181,19 @@ def test_the_worker_listens_on_loopback_only(worker: WorkerProcess) -> None:
     }
     assert len(listening) >= 2, listening  # the web server and the metrics endpoint
     assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+
+
+def test_a_worker_logs_its_stacks_on_sigusr1_and_keeps_serving(
+    settings: Settings, worker: WorkerProcess
+) -> None:
+    """What a bench or test gets in the log of a worker that never answered its probe."""
+    logged_before = WORKER_LOG.stat().st_size
+    worker.dump_stacks()
+    with WORKER_LOG.open("rb") as log:
+        log.seek(logged_before)
+        dump = log.read().decode(errors="replace")
+    assert "THREAD MainThread" in dump, dump[-2000:]
+    assert "TASKS" in dump, "the event loop's tasks too"
+    with TranslationClient(settings.kafka) as client:
+        (result,) = client.translate(build_requests(["still here"], EN_XA), timeout_s=60).ordered
+    assert result is not None and result.status == "ok"
