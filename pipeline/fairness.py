@@ -116,9 +116,7 @@ class DeficitRoundRobin(Generic[T]):
                 and (max_cost is None or cost < max_cost)
             )
         ):
-            taken = len(chosen)
-            self._pass(chosen)
-            cost += sum(max(1, self._cost_of(item)) for item in chosen[taken:])
+            cost += self._pass(chosen)
         return chosen
 
     def active_tenants(self) -> int:
@@ -129,10 +127,12 @@ class DeficitRoundRobin(Generic[T]):
                 del self._last_seen[tenant]
         return len(self._last_seen)
 
-    def _pass(self, chosen: list[T]) -> None:
+    def _pass(self, chosen: list[T]) -> int:
+        """One visit to each tenant with held items; returns the cost it added to ``chosen``."""
+        taken = 0
         for tenant in list(self._queues):
             if len(chosen) >= self._max_items:
-                return
+                break
             queue = self._queues[tenant]
             deficit = self._deficits[tenant] + self._quantum * self._weight_of(tenant)
             while queue and len(chosen) < self._max_items:
@@ -140,6 +140,7 @@ class DeficitRoundRobin(Generic[T]):
                 if cost > deficit:
                     break
                 deficit -= cost
+                taken += cost
                 chosen.append(queue.popleft())
                 self._held -= 1
             # Rotate: the tenant just served goes to the back of the order.
@@ -149,6 +150,7 @@ class DeficitRoundRobin(Generic[T]):
                 self._deficits[tenant] = deficit
             else:
                 del self._deficits[tenant]
+        return taken
 
     def remove(self, drop: Callable[[T], bool]) -> list[T]:
         """Take every held item for which ``drop`` is true out (e.g. of revoked partitions)."""
