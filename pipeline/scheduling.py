@@ -1,10 +1,13 @@
 """Engine access by priority: interactive batches before bulk batches.
 
-The engine runs one batch at a time (it already uses every core it is given),
-so whoever waits for it next matters. ``PriorityGate`` hands the engine to the
-waiter with the lowest priority number, first come first served within a
-priority. A running bulk batch is never interrupted; it is bounded by the
-bulk take size, which bounds how long interactive work can wait.
+The engine runs as many calls at once as it has replicas (CTranslate2's
+``inter_threads``, usually one: a call already uses every core it is given),
+so whoever waits for a replica next matters. ``PriorityGate`` hands a free
+replica to the waiter with the lowest priority number, first come first
+served within a priority. A running bulk call is never interrupted; it is
+bounded in time by the bulk take size. With two replicas or more, bulk holds
+all but one of them, so a bulk call in progress never delays interactive
+work: the replica it leaves free is interactive's (``bench interference``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import heapq
 import inspect
 import itertools
+from collections import Counter
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -23,10 +27,18 @@ BULK = 1
 
 
 class PriorityGate:
-    """An async mutex whose waiters are served by priority."""
+    """An async semaphore of engine replicas whose waiters are served by priority.
 
-    def __init__(self) -> None:
-        self._busy = False
+    ``replicas`` calls may hold the gate at once; bulk at most ``replicas - 1``
+    of them when there are two or more (one when there is one).
+    """
+
+    def __init__(self, replicas: int = 1) -> None:
+        if replicas < 1:
+            raise ValueError(f"replicas must be >= 1, not {replicas}")
+        self._replicas = replicas
+        self._bulk_replicas = max(1, replicas - 1)
+        self._held: Counter[int] = Counter()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
 
@@ -36,7 +48,7 @@ class PriorityGate:
         The engine call runs in an executor thread, which cancelling the
         awaiting task does not stop. So when the caller is cancelled (a
         rebalance, a stop), the gate stays held until the call has really
-        returned: the next engine call never overlaps a running one.
+        returned: no more calls overlap than there are replicas.
         """
         try:
             await self._acquire(priority)
@@ -49,24 +61,31 @@ class PriorityGate:
             result = await asyncio.shield(task)
         except asyncio.CancelledError:
             if task.done():
-                self._release()
+                self._release(priority)
             else:
-                task.add_done_callback(self._release_after)
+                task.add_done_callback(lambda t: self._release_after(t, priority))
             raise
         except BaseException:
-            self._release()
+            self._release(priority)
             raise
-        self._release()
+        self._release(priority)
         return result
 
-    def _release_after(self, task: asyncio.Future[Any]) -> None:
+    def _release_after(self, task: asyncio.Future[Any], priority: int) -> None:
         if not task.cancelled():
             task.exception()  # retrieved, so asyncio does not log it as never retrieved
-        self._release()
+        self._release(priority)
+
+    def _may_take(self, priority: int) -> bool:
+        """Whether a call of ``priority`` may take a replica now."""
+        if sum(self._held.values()) >= self._replicas:
+            return False
+        return priority != BULK or self._held[BULK] < self._bulk_replicas
 
     async def _acquire(self, priority: int) -> None:
-        if not self._busy and not self._waiters:
-            self._busy = True
+        # waiters that may take a free replica were handed one when it freed (_dispatch)
+        if self._may_take(priority):
+            self._held[priority] += 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (priority, next(self._order), future))
@@ -74,16 +93,28 @@ class PriorityGate:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
-                self._release()  # we were handed the gate while being cancelled
+                self._release(priority)  # we were handed a replica while being cancelled
             raise
 
-    def _release(self) -> None:
-        while self._waiters:
-            _, _, future = heapq.heappop(self._waiters)
-            if not future.done():
-                future.set_result(None)
-                return
-        self._busy = False
+    def _release(self, priority: int) -> None:
+        self._held[priority] -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand free replicas to waiters in priority order, skipping bulk beyond its share."""
+        passed: list[tuple[int, int, asyncio.Future[None]]] = []
+        while self._waiters and sum(self._held.values()) < self._replicas:
+            waiter = heapq.heappop(self._waiters)
+            priority, _, future = waiter
+            if future.done():  # cancelled while waiting
+                continue
+            if not self._may_take(priority):
+                passed.append(waiter)
+                continue
+            self._held[priority] += 1
+            future.set_result(None)
+        for waiter in passed:
+            heapq.heappush(self._waiters, waiter)
 
     @property
     def waiting(self) -> int:

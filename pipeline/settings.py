@@ -188,14 +188,23 @@ class LimitSettings(_Section):
     max_metadata_bytes: int = Field(4 * 1024, ge=0)
 
 
+def _threads_per_replica(engine: dict[str, Any]) -> int:
+    """All cores but one, shared among the engine's replicas (at least one each)."""
+    replicas: int = engine.get("inter_threads", 1)
+    return max(1, ((os.cpu_count() or 2) - 1) // replicas)
+
+
 class EngineSettings(_Section):
     registry: Path = PROJECT_ROOT / "models" / "registry.toml"
     device: str = "auto"
+    # model replicas (CTranslate2 inter_threads): calls that run at once. With 2 or
+    # more, bulk gets all but one, so a bulk call never delays interactive work.
     inter_threads: int = Field(1, ge=1)
     # CTranslate2 threads per translation. Default: all cores but one, which stays
-    # with the event loop and Kafka clients. Oversubscribing (0 = CTranslate2's
-    # default, or all cores) made batch-1 calls ~10x slower on 2 cores (README).
-    intra_threads: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) - 1), ge=0)
+    # with the event loop and Kafka clients, shared among the replicas. Oversubscribing
+    # (0 = CTranslate2's default, or all cores) made batch-1 calls ~10x slower on 2
+    # cores (README).
+    intra_threads: int = Field(default_factory=_threads_per_replica, ge=0)
     beam_size: int = Field(1, ge=1)
     # overrides every registry entry's compute_type when set (auto, int8, float32, ...)
     compute_type: str | None = None

@@ -521,6 +521,13 @@ def adaptive(
     show_default=True,
     help="The bulk job's in-flight window.",
 )
+@click.option(
+    "--replicas",
+    type=click.IntRange(1),
+    multiple=True,
+    help="Engine replicas of the worker (engine.inter_threads); repeat to compare "
+    "several in one run [default: the setting].",
+)
 @click.pass_obj
 def interference(
     settings: Settings,
@@ -531,8 +538,12 @@ def interference(
     seconds: float,
     bulk_docs: int,
     max_in_flight: int,
+    replicas: tuple[int, ...],
 ) -> None:
-    """Interactive P99 at a fixed rate, alone and with a bulk job saturating the worker."""
+    """Interactive P99 at a fixed rate, alone and with a bulk job saturating the worker.
+
+    With two replicas or more, bulk keeps to all but one (``PriorityGate``).
+    """
     from pipeline.bench.interference import BackgroundBulk, drain_bulk, interactive
     from pipeline.bench.report import ratio
     from pipeline.bench.target import bench_worker
@@ -543,37 +554,40 @@ def interference(
         rate = round(0.1 / translator.cost_model(ctx.target.entry.pair).seconds(1, 24), 2)
         del translator
     n = n or max(8, round(rate * seconds))
-    with (
-        bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker,
-        tempfile.TemporaryDirectory() as tmp,
-    ):
-        drain_bulk(ctx.settings, ctx.target, worker)
-        alone = interactive(ctx.settings, ctx.target, n, rate, seed=21)
-        bulk = BackgroundBulk(ctx.target, bulk_docs, max_in_flight, Path(tmp))
-        try:
-            bulk.start(warm_segments=min(200, max_in_flight // 2))
-            before, started = bulk.completed(), time.monotonic()
-            loaded = interactive(ctx.settings, ctx.target, n, rate, seed=22)
-            during, elapsed = bulk.completed() - before, time.monotonic() - started
-            saturated = bulk.running
-        finally:
-            bulk.close()
-        drain_bulk(ctx.settings, ctx.target, worker)
-    ratios = {
-        "p99_with_bulk_over_alone": ratio(loaded.p99_ms, alone.p99_ms),
-        "bulk_segments_per_s": round(during / elapsed, 2) if elapsed else 0.0,
-    }
+    counts = replicas or (ctx.settings.engine.inter_threads,)
+    runs: dict[str, Any] = {}
+    ratios: dict[str, float | None] = {}
+    bulk_extra: dict[str, Any] = {}
+    for count in counts:
+        suffix = f"_r{count}" if replicas else ""
+        env = {"BABELSTREAM_ENGINE__INTER_THREADS": str(count)}
+        with (
+            bench_worker(ctx.settings, ctx.target, "bench-worker.log", env) as worker,
+            tempfile.TemporaryDirectory() as tmp,
+        ):
+            drain_bulk(ctx.settings, ctx.target, worker)
+            alone = interactive(ctx.settings, ctx.target, n, rate, seed=21)
+            bulk = BackgroundBulk(ctx.target, bulk_docs, max_in_flight, Path(tmp))
+            try:
+                bulk.start(warm_segments=min(200, max_in_flight // 2))
+                before, started = bulk.completed(), time.monotonic()
+                loaded = interactive(ctx.settings, ctx.target, n, rate, seed=22)
+                during, elapsed = bulk.completed() - before, time.monotonic() - started
+                saturated = bulk.running
+            finally:
+                bulk.close()
+            drain_bulk(ctx.settings, ctx.target, worker)
+        runs[f"alone{suffix}"], runs[f"with_bulk{suffix}"] = alone, loaded
+        ratios[f"p99_with_bulk_over_alone{suffix}"] = ratio(loaded.p99_ms, alone.p99_ms)
+        ratios[f"bulk_segments_per_s{suffix}"] = round(during / elapsed, 2) if elapsed else 0.0
+        bulk_extra[f"segments_during_interactive{suffix}"] = during
+        bulk_extra[f"saturated_throughout{suffix}"] = saturated
     extra = {
-        "bulk": {
-            "segments_during_interactive": during,
-            "max_in_flight": max_in_flight,
-            "saturated_throughout": saturated,
-        },
+        "bulk": {**bulk_extra, "max_in_flight": max_in_flight},
         "bulk_max_call_s": ctx.settings.batching.bulk_max_call_s,
+        "replicas": list(counts),
     }
     _emit(
-        ctx.report(
-            "interference", {"alone": alone, "with_bulk": loaded}, ratios=ratios, extra=extra
-        ),
+        ctx.report("interference", runs, ratios=ratios, extra=extra),
         as_json,
     )

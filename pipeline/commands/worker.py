@@ -14,6 +14,7 @@ from pipeline.cache import LruCache, RedisCache, TwoLevelCache
 from pipeline.commands.options import refuse_router_contradiction
 from pipeline.digest import files_fingerprint
 from pipeline.engine.registry import PairEntry, Registry
+from pipeline.scheduling import PriorityGate
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,10 @@ def worker(
     from pipeline.fidelity.service import FidelityService
 
     ctx = WorkerContext(
-        settings=settings, cache=cache, fidelity=FidelityService.from_settings(settings)
+        settings=settings,
+        cache=cache,
+        gate=PriorityGate(settings.engine.inter_threads),
+        fidelity=FidelityService.from_settings(settings),
     )
     app, shell = create_app(
         ctx,

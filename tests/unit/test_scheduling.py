@@ -1,10 +1,14 @@
-"""PriorityGate: interactive before bulk, one engine call at a time, even under cancellation."""
+"""PriorityGate: interactive before bulk, no more calls than replicas, even under cancellation."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
 import threading
 import time
+
+import pytest
 
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 
@@ -85,3 +89,101 @@ def test_cancelling_a_caller_keeps_the_gate_until_the_engine_thread_returns() ->
 
     assert asyncio.run(asyncio.wait_for(scenario(), 5)) == "second"
     assert overlaps == []
+
+
+def test_with_two_replicas_interactive_runs_beside_bulk_and_bulk_keeps_to_one() -> None:
+    async def scenario() -> list[str]:
+        gate = PriorityGate(2)
+        events: list[str] = []
+        release_bulk = asyncio.Event()
+
+        async def work(name: str, until: asyncio.Event | None = None) -> None:
+            events.append(f"start {name}")
+            if until is not None:
+                await until.wait()
+            else:
+                await asyncio.sleep(0.01)
+            events.append(f"end {name}")
+
+        bulk_1 = asyncio.create_task(gate.run(BULK, work("bulk-1", release_bulk)))
+        await asyncio.sleep(0)
+        bulk_2 = asyncio.create_task(gate.run(BULK, work("bulk-2")))
+        interactive = asyncio.create_task(gate.run(INTERACTIVE, work("interactive")))
+        await interactive  # ran and finished while bulk-1 still holds its replica
+        events.append("interactive done")
+        release_bulk.set()
+        await asyncio.gather(bulk_1, bulk_2)
+        return events
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == [
+        "start bulk-1",
+        "start interactive",
+        "end interactive",
+        "interactive done",
+        "end bulk-1",
+        "start bulk-2",  # waited for bulk-1 although a replica was free
+        "end bulk-2",
+    ]
+
+
+def test_interactive_uses_every_replica() -> None:
+    async def scenario() -> int:
+        gate = PriorityGate(3)
+        running = peak = 0
+
+        async def work() -> None:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.01)
+            running -= 1
+
+        await asyncio.gather(*(gate.run(INTERACTIVE, work()) for _ in range(6)))
+        return peak
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == 3
+
+
+def test_calls_never_exceed_replicas_nor_bulk_its_share_under_mixed_load() -> None:
+    async def scenario(replicas: int) -> tuple[int, int, list[int]]:
+        gate = PriorityGate(replicas)
+        rng = random.Random(replicas)
+        held = {INTERACTIVE: 0, BULK: 0}
+        peak_all = peak_bulk = 0
+        finished: list[int] = []
+
+        async def work(priority: int, i: int) -> None:
+            nonlocal peak_all, peak_bulk
+            held[priority] += 1
+            peak_all = max(peak_all, sum(held.values()))
+            peak_bulk = max(peak_bulk, held[BULK])
+            await asyncio.sleep(rng.random() / 200)
+            held[priority] -= 1
+            finished.append(i)
+
+        async def caller(i: int) -> None:
+            await asyncio.sleep(rng.random() / 50)
+            priority = BULK if i % 2 else INTERACTIVE
+            task = asyncio.ensure_future(gate.run(priority, work(priority, i)))
+            if i % 7 == 0:  # some callers give up while waiting or running
+                await asyncio.sleep(rng.random() / 300)
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        await asyncio.gather(*(caller(i) for i in range(200)))
+        await asyncio.sleep(0.05)  # cancelled calls already running finish
+        assert gate.waiting == 0
+        return peak_all, peak_bulk, finished
+
+    for replicas in (1, 2, 3):
+        peak_all, peak_bulk, finished = asyncio.run(asyncio.wait_for(scenario(replicas), 10))
+        assert peak_all == replicas
+        assert peak_bulk == max(1, replicas - 1)
+        # every caller that was not cancelled got its call run
+        assert set(range(200)) - {i for i in range(200) if i % 7 == 0} <= set(finished)
+
+
+def test_a_gate_needs_a_replica() -> None:
+    with pytest.raises(ValueError, match="replicas must be >= 1"):
+        PriorityGate(0)

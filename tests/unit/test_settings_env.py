@@ -64,3 +64,15 @@ def test_null_unsets_an_optional_setting(monkeypatch: pytest.MonkeyPatch) -> Non
     tenants = settings_from_environment().tenants
     assert tenants.max_round_s is None, "the default (0.25) is a bound: null turns it off"
     assert tenants.default_quota_chars == 500
+
+
+def test_engine_replicas_share_the_cores_unless_threads_are_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 9)  # 8 cores for the engine, 1 for the loop
+    monkeypatch.setenv("BABELSTREAM_ENGINE__INTER_THREADS", "2")
+    assert settings_from_environment().engine.intra_threads == 4
+    monkeypatch.setenv("BABELSTREAM_ENGINE__INTER_THREADS", "16")
+    assert settings_from_environment().engine.intra_threads == 1, "at least one thread each"
+    monkeypatch.setenv("BABELSTREAM_ENGINE__INTRA_THREADS", "3")
+    assert settings_from_environment().engine.intra_threads == 3, "a set value is kept"
