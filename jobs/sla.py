@@ -242,9 +242,12 @@ def stamped_rows(stream: DataFrame, sla: SlaSettings, late_rows: bool) -> DataFr
     so the source is read and parsed once per micro-batch, not once per
     branch. Identical means the same columns too: every branch uses every
     column of :func:`read_stream` (the late rows carry them all), so column
-    pruning cuts no branch's exchange apart. With tumbling windows the
-    shuffle is also the one the dedup operator needs (its key is the request
-    id alone then).
+    pruning cuts no branch's exchange apart. The dedup operator still shuffles
+    by ``request_id`` once more: Spark 4.1's watermark node does not pass on
+    its child's partitioning. Watermarking before this shuffle removes that
+    exchange, but then the branches read different columns (only the late
+    rows need ``event_time``), the late branch gets a source scan of its own,
+    and a 50,000-row batch took as long (README, "SLA job").
     """
     shared = stream if not (sla.dedup or late_rows) else stream.repartition("request_id")
     return windowed(shared, sla).withWatermark("window_time", spark_interval(sla.watermark_s))

@@ -341,7 +341,9 @@ class SlaSettings(_Section):
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     master: str = "local[2]"
     driver_memory: str = "1g"
-    shuffle_partitions: int = Field(4, ge=1)
+    # one state store per partition and stateful operator, each committed every
+    # micro-batch: one partition per core of the default local[2] (README: SLA job)
+    shuffle_partitions: int = Field(2, ge=1)
     # worker heartbeats read with the results (advance event time while pairs are quiet)
     ticks_topic: str = TICKS_TOPIC
     # results that arrived after their window closed, and their Parquet history

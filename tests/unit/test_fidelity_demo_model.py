@@ -272,3 +272,37 @@ def test_placeholders_a_model_drops_are_put_back_by_its_attention(translator):
     import re
 
     assert re.sub(r"<[^>]+>", "", words) == xa("The quick brown fox jumps over the lazy dog.")
+
+
+def test_two_replicas_translate_interactive_and_bulk_at_once_as_one_does(
+    translator: CTranslate2Translator,
+) -> None:
+    """CTranslate2 with inter_threads=2 behind a two-replica gate: the same outputs as one."""
+    from pipeline.engine.batching import TokenBudgetBatcher
+    from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
+    from pipeline.steps.base import BatchStats
+    from pipeline.steps.engine import EngineRunner
+
+    replicas = CTranslate2Translator(
+        demo_entries(DEMO_DIR), device="cpu", inter_threads=2, intra_threads=1
+    )
+    gate = PriorityGate(2)
+    interactive = EngineRunner(replicas, TokenBudgetBatcher(64), gate, INTERACTIVE)
+    bulk = EngineRunner(replicas, TokenBudgetBatcher(64), gate, BULK)
+    words = ["the", "train", "leaves", "from", "platform", "nine", "at", "noon", "every", "day"]
+    texts = [" ".join(words[i % 7 : i % 7 + 3 + i % 4]) for i in range(48)]
+
+    async def both() -> tuple[list[object], list[object]]:
+        return await asyncio.gather(
+            interactive.run(texts[:24], EN_XA, BatchStats()),
+            bulk.run(texts[24:], EN_XA, BatchStats()),
+        )
+
+    first, second = asyncio.run(both())
+    alone = asyncio.run(
+        EngineRunner(translator, TokenBudgetBatcher(64), PriorityGate()).run(
+            texts, EN_XA, BatchStats()
+        )
+    )
+    assert [t.text for t in first + second] == [t.text for t in alone]  # type: ignore[union-attr]
+    assert sum(t.text == xa(s) for t, s in zip(alone, texts, strict=True)) > 40  # type: ignore[union-attr]
