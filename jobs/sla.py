@@ -236,21 +236,19 @@ def windowed(stream: DataFrame, sla: SlaSettings) -> DataFrame:
 def stamped_rows(stream: DataFrame, sla: SlaSettings, late_rows: bool) -> DataFrame:
     """The windowed, watermarked rows every branch of the query reads.
 
-    With more than one branch (de-duplication, late rows) the parsed rows pass
-    one shuffle by ``request_id`` first, and every branch reads that same
-    exchange: Spark plans one exchange for identical subtrees and reuses it,
-    so the source is read and parsed once per micro-batch, not once per
-    branch. Identical means the same columns too: every branch uses every
-    column of :func:`read_stream` (the late rows carry them all), so column
-    pruning cuts no branch's exchange apart. The dedup operator still shuffles
-    by ``request_id`` once more: Spark 4.1's watermark node does not pass on
-    its child's partitioning. Watermarking before this shuffle removes that
-    exchange, but then the branches read different columns (only the late
-    rows need ``event_time``), the late branch gets a source scan of its own,
-    and a 50,000-row batch took as long (README, "SLA job").
+    With more than one branch (de-duplication, late rows) the rows pass one
+    shuffle by ``request_id`` after the watermark, and every branch reads
+    that same exchange: the dedup operator needs no shuffle of its own (the
+    watermark node would not pass on a shuffle below it: Spark 4.1's
+    ``EventTimeWatermarkExec`` keeps no partitioning), and the source is read
+    and parsed once per micro-batch, not once per branch. Spark reuses an
+    exchange only for identical subtrees, columns included, so every branch
+    reads the same columns: a column one branch
+    stopped reading would be pruned below its exchange and give it a source
+    scan of its own. ``tests/integration/test_sla_plan.py`` checks the plan.
     """
-    shared = stream if not (sla.dedup or late_rows) else stream.repartition("request_id")
-    return windowed(shared, sla).withWatermark("window_time", spark_interval(sla.watermark_s))
+    stamped = windowed(stream, sla).withWatermark("window_time", spark_interval(sla.watermark_s))
+    return stamped.repartition("request_id") if sla.dedup or late_rows else stamped
 
 
 def _dedup_keys(sla: SlaSettings) -> list[str]:
@@ -297,6 +295,9 @@ def sla_windows(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
         _occurrences(counted & F.col("cache").isin(*CACHE_HITS)).alias("cache_hits"),
         _occurrences(counted & (F.col("status") == "cancelled")).alias("cancelled"),
         _occurrences(counted & (F.col("status") == "rejected")).alias("rejected"),
+        # no figure of its own: it keeps event_time, which the late rows need, in this
+        # branch's columns, so both branches read one shuffle (see stamped_rows)
+        F.max("event_time").alias("last_completed_at"),
     ]
     if sla.sketch_k is not None:
         aggregates.append(
@@ -323,6 +324,7 @@ def sla_windows(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
                 "cache_hits",
                 "cancelled",
                 "rejected",
+                "last_completed_at",
                 "sketch",
             )
             if name != "sketch" or sla.sketch_k is not None
@@ -334,14 +336,15 @@ def windowed_results(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
     """Every row once per window it belongs to, with the window's bounds (no state).
 
     The late-rows branch: ``foreachBatch`` keeps the results among them whose
-    window had closed (:meth:`JobSinks.late_filter`). It keeps every column,
-    ticks included, so that its plan reads the same shuffle as the windows
-    branch (see :func:`stamped_rows`): filtering or pruning here would be
-    pushed below the exchange and give this branch a source scan of its own.
+    window had closed (:meth:`JobSinks.late_filter`). It reads the columns
+    the windows branch reads, ticks included, so that both read the same
+    shuffle (see :func:`stamped_rows`): ``slot`` only with sliding windows,
+    where it is a dedup key (a tumbling window's slot is a constant, which
+    the windows branch never reads).
     """
     window_end = F.unix_millis("window_time") + 1
     return stamped.select(
-        *stamped.columns,
+        *(c for c in stamped.columns if c != "slot" or "slot" in _dedup_keys(sla)),
         F.unix_millis("event_time").alias("completed_at"),
         (window_end - round(sla.window_s * 1000)).alias("window_start"),
         window_end.alias("window_end"),
