@@ -759,6 +759,25 @@ def supervise(running: RunningQuery, tracker: ProgressTracker, stop: threading.E
     _observe(running.query, tracker)
 
 
+_STATE_LAYOUT_ERRORS = (
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+)
+
+
+def failure_message(text: str, checkpoint: Path) -> str:
+    """What a failed query says; what to do when the checkpoint predates the job's state."""
+    layout = next((name for name in _STATE_LAYOUT_ERRORS if name in text), None)
+    if layout is not None:
+        return (
+            f"the checkpoint {checkpoint} holds state of an earlier version of the job "
+            f"({layout}); start it on a new checkpoint (remove that folder, or give "
+            "--checkpoint / BABELSTREAM_SLA__CHECKPOINT_DIR): the windows still open in "
+            "the old one are not emitted"
+        )
+    return f"the SLA query failed: {text}"
+
+
 def run(
     settings: Settings,
     until_idle_s: float | None = None,
@@ -792,7 +811,7 @@ def run(
         running = start_query(spark, settings, sinks)
         supervise(running, tracker, stop or threading.Event())
     except StreamingQueryException as exc:
-        raise SlaJobError(f"the SLA query failed: {exc}") from exc
+        raise SlaJobError(failure_message(str(exc), settings.sla.checkpoint_dir)) from exc
     finally:
         if running is not None and running.query.isActive:
             running.query.stop()
