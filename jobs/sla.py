@@ -243,9 +243,9 @@ def stamped_rows(stream: DataFrame, sla: SlaSettings, late_rows: bool) -> DataFr
     ``EventTimeWatermarkExec`` keeps no partitioning), and the source is read
     and parsed once per micro-batch, not once per branch. Spark reuses an
     exchange only for identical subtrees, columns included, so every branch
-    reads the same columns: a column one branch
-    stopped reading would be pruned below its exchange and give it a source
-    scan of its own. ``tests/integration/test_sla_plan.py`` checks the plan.
+    reads the same columns: a column one branch stopped reading would be
+    pruned below its exchange and give it a source scan of its own.
+    ``tests/integration/test_sla_plan.py`` checks the plan.
     """
     stamped = windowed(stream, sla).withWatermark("window_time", spark_interval(sla.watermark_s))
     return stamped.repartition("request_id") if sla.dedup or late_rows else stamped
