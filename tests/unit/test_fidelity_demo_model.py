@@ -15,11 +15,15 @@ from pipeline.demo_model import DEMO_DIR
 from pipeline.demo_model.evaluate import demo_entries
 from pipeline.demo_model.pseudo import from_pseudo
 from pipeline.demo_model.pseudo import to_pseudo as xa
+from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import CTranslate2Translator
 from pipeline.fidelity.engine import TranslatorEngine, translate_text
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.fidelity.restore import Restored
 from pipeline.pairs import Pair
+from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
+from pipeline.steps.base import BatchStats
+from pipeline.steps.engine import EngineRunner
 
 EN_XA = Pair.parse("en_en-XA")
 XA_EN = Pair.parse("en-XA_en")
@@ -278,11 +282,6 @@ def test_two_replicas_translate_interactive_and_bulk_at_once_as_one_does(
     translator: CTranslate2Translator,
 ) -> None:
     """CTranslate2 with inter_threads=2 behind a two-replica gate: the same outputs as one."""
-    from pipeline.engine.batching import TokenBudgetBatcher
-    from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
-    from pipeline.steps.base import BatchStats
-    from pipeline.steps.engine import EngineRunner
-
     replicas = CTranslate2Translator(
         demo_entries(DEMO_DIR), device="cpu", inter_threads=2, intra_threads=1
     )
