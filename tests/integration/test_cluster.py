@@ -49,16 +49,32 @@ def _partitions(settings: Settings, topics: list[str]) -> dict[str, list[dict[st
         admin.close()
 
 
-def _leader_of_first_partition(settings: Settings, topic: str, timeout_s: float = 30.0) -> int:
-    """Partition 0's leader, once the node answering knows the new topic."""
+def _led_partitions(
+    settings: Settings, topics: list[str], timeout_s: float = 30.0
+) -> dict[str, list[dict[str, object]]]:
+    """Each topic's partitions, once the node answering knows every partition's leader.
+
+    ``up`` waits until one node reports the new topics; a KRaft broker applies the
+    metadata log on its own, so the node a later client asks may lag behind it.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
-        partitions = _partitions(settings, [topic]).get(topic) or []
-        leaders = {p["partition_index"]: p["leader_id"] for p in partitions}
-        if leaders.get(0, -1) >= 0:
-            return int(leaders[0])  # type: ignore[call-overload]
-        assert time.monotonic() < deadline, f"{topic} has no leader: {partitions}"
+        described = _partitions(settings, topics)
+        lagging = [
+            name
+            for name in topics
+            if not described.get(name) or any(p["leader_id"] < 0 for p in described[name])  # type: ignore[operator]
+        ]
+        if not lagging:
+            return described
+        assert time.monotonic() < deadline, f"no leaders for {lagging}: {described}"
         time.sleep(0.5)
+
+
+def _leader_of_first_partition(settings: Settings, topic: str) -> int:
+    """Partition 0's leader, once the node answering knows the topic."""
+    partitions = _led_partitions(settings, [topic])[topic]
+    return int(next(p["leader_id"] for p in partitions if p["partition_index"] == 0))  # type: ignore[call-overload]
 
 
 def test_status_lists_every_node(cluster: Settings) -> None:
@@ -73,8 +89,7 @@ def test_project_topics_have_three_replicas_and_min_isr_two(cluster: Settings) -
     kafka = layout.client_settings(cluster).kafka
     assert (kafka.replication_factor, kafka.min_insync_replicas) == (3, 2)
     specs = topic_specs(layout.client_settings(cluster))
-    described = _partitions(cluster, list(specs))
-    assert set(described) == set(specs)
+    described = _led_partitions(cluster, list(specs))
     for name, partitions in described.items():
         assert len(partitions) == specs[name].partitions, name
         for partition in partitions:
