@@ -568,7 +568,10 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
 
     @app.task
     async def commit_offsets() -> None:
-        await shell.offsets.run()
+        try:
+            await shell.offsets.run()
+        finally:  # the app stops by cancelling its tasks
+            shell.offsets.close()
 
     if served and ctx.settings.worker.tick_interval_s > 0:
         ticks = TickSource(served, ctx.worker_name)

@@ -283,6 +283,12 @@ class OffsetKeeper:
     def on_assigned(self) -> None:
         self.ledger.reset()
 
+    def close(self) -> None:
+        """Release the admin client and the log probe (the worker is stopping). Blocks."""
+        with self._admin_lock:
+            self._drop_admin()
+        self._probe.close()
+
 
 class LogProbe:
     """Reads the log directly (its own consumer, no group) to see which offsets exist."""
@@ -324,5 +330,8 @@ class LogProbe:
         return None
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
+        """Close the probe's consumer; a later probe opens a new one. Blocks."""
+        with self._lock:
+            consumer, self._consumer = self._consumer, None
+            if consumer is not None:
+                consumer.close()

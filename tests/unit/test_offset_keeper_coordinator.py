@@ -58,3 +58,44 @@ def test_a_failed_lookup_drops_the_client_and_the_next_one_finds_the_coordinator
 
     assert keeper.committed_offsets([PART]) == {PART: 7}
     assert keeper.committed_offsets([PART]) == {PART: 7}, "a working client is kept"
+
+
+class FakeConsumer:
+    """The log probe's consumer: a partition whose first record is at offset 4."""
+
+    def __init__(self, **_options: object) -> None:
+        self.closed = False
+
+    def assign(self, _tps: list[KafkaTP]) -> None: ...
+
+    def beginning_offsets(self, tps: list[KafkaTP]) -> dict[KafkaTP, int]:
+        return dict.fromkeys(tps, 4)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_close_releases_the_admin_client_and_the_probe_and_they_reopen_when_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    admins = [FakeAdmin({}), FakeAdmin({})]
+    consumers: list[FakeConsumer] = []
+    opened = iter(admins)
+    monkeypatch.setattr("workers.offsets.admin_client", lambda _kafka, _role: next(opened))
+
+    def new_consumer(**options: object) -> FakeConsumer:
+        consumers.append(FakeConsumer(**options))
+        return consumers[-1]
+
+    monkeypatch.setattr("workers.offsets.KafkaConsumer", new_consumer)
+    keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper.committed_offsets([PART])
+    assert keeper._probe.first_offset(PART, 0) == 4  # before the log start: deleted by retention
+
+    keeper.close()
+    assert admins[0].closed and consumers[0].closed
+    keeper.close()  # a second close has nothing left to close
+
+    keeper.committed_offsets([PART])
+    assert keeper._probe.first_offset(PART, 0) == 4
+    assert not admins[1].closed and len(consumers) == 2 and not consumers[1].closed
