@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import ctranslate2
+import numpy as np
 import sentencepiece
 
 from pipeline.demo_model.sentences import SentenceGenerator
@@ -83,19 +84,35 @@ class Translation:
     output_tokens: int
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class AttentionBlock:
+    """How much each of a run of target tokens attended to each of a run of source tokens.
+
+    ``weights[i][j]`` is target token ``first_target + i`` on source token
+    ``first_source + j``. One block per piece the engine translated apart: a
+    long text's attention is block-diagonal, and a dense matrix of it grows
+    with the square of the text.
+    """
+
+    first_target: int
+    first_source: int
+    weights: np.ndarray[tuple[int, int], np.dtype[np.float32]]
+
+
 @dataclass(frozen=True, slots=True)
 class AlignedTranslation(Translation):
     """A translation with the model's attention between source and target tokens.
 
     ``source_spans[j]`` / ``target_spans[i]`` are the character ranges of
     source token ``j`` in the input text and of target token ``i`` in
-    ``text``; ``attention[i][j]`` is how much target token ``i`` attended to
-    source token ``j`` (prefix/suffix tokens left out).
+    ``text``, in text order; ``attention`` holds how much target token ``i``
+    attended to source token ``j`` (prefix/suffix tokens left out), in blocks;
+    a pair of tokens in no block attended nothing to each other.
     """
 
     source_spans: tuple[tuple[int, int], ...] = ()
     target_spans: tuple[tuple[int, int], ...] = ()
-    attention: tuple[tuple[float, ...], ...] = ()
+    attention: tuple[AttentionBlock, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -567,7 +584,7 @@ def _aligned(
     parts: list[str] = []
     src_spans: list[tuple[int, int]] = []
     tgt_spans: list[tuple[int, int]] = []
-    blocks: list[tuple[int, int, list[list[float]]]] = []
+    blocks: list[AttentionBlock] = []
     offset = n_out = 0
     for piece in text.pieces:
         if not piece.core:
@@ -590,20 +607,18 @@ def _aligned(
         src_spans.extend(_char_spans(piece.core, proto, offset + len(piece.lead)))
         tgt_spans.extend(_char_spans(decoded.text, decoded, target_offset))
         lo = len(entry.source_prefix)
-        blocks.append((first_src, first_tgt, [list(r[lo : lo + len(proto.pieces)]) for r in rows]))
+        if rows:  # one row per target token, one column per source position
+            weights = np.asarray(rows, dtype=np.float32)[:, lo : lo + len(proto.pieces)]
+            blocks.append(AttentionBlock(first_tgt, first_src, weights))
         n_out += len(tokens)
         offset += len(piece.lead) + len(piece.core) + len(piece.trail)
-    matrix = [[0.0] * len(src_spans) for _ in tgt_spans]
-    for first_src, first_tgt, block in blocks:
-        for i, row in enumerate(block):
-            matrix[first_tgt + i][first_src : first_src + len(row)] = row
     return AlignedTranslation(
         "".join(parts) if text.tokens else "",
         text.tokens,
         n_out,
         tuple(src_spans),
         tuple(tgt_spans),
-        tuple(tuple(r) for r in matrix),
+        tuple(blocks),
     )
 
 

@@ -11,10 +11,14 @@ it, or after it for a closing tag).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from pipeline.engine.translator import AttentionBlock
 from pipeline.fidelity.document import Run
 from pipeline.fidelity.tokens import TOKEN_RE, token
 
@@ -62,19 +66,50 @@ def _word_at(words: list[tuple[int, int]], offset: int, closing: bool) -> int | 
     """Index of the word a token at ``offset`` belongs to."""
     if not words:
         return None
-    if closing:
-        before = [i for i, (_, end) in enumerate(words) if end <= offset]
-        return before[-1] if before else 0
-    after = [i for i, (start, _) in enumerate(words) if start >= offset]
-    return after[0] if after else len(words) - 1
+    if closing:  # the last word ending at or before the offset
+        before = bisect.bisect_right([end for _, end in words], offset)
+        return before - 1 if before else 0
+    after = bisect.bisect_left([start for start, _ in words], offset)
+    return after if after < len(words) else len(words) - 1
 
 
 def _relative(index: int, count: int) -> float:
     return index / (count - 1) if count > 1 else 0.0
 
 
-def _tokens_in(spans: Sequence[tuple[int, int]], word: tuple[int, int]) -> list[int]:
-    return [i for i, (a, b) in enumerate(spans) if a < word[1] and b > word[0]]
+def _token_ranges(
+    spans: Sequence[tuple[int, int]], words: Sequence[tuple[int, int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per word, the tokens whose span overlaps it: indices ``lo[w]`` to ``hi[w]`` (exclusive).
+
+    Spans in text order have non-decreasing starts and ends, so the tokens
+    overlapping a word are consecutive: those ending after its start and
+    starting before its end.
+    """
+    starts = np.fromiter((a for a, _ in spans), dtype=np.int64, count=len(spans))
+    ends = np.fromiter((b for _, b in spans), dtype=np.int64, count=len(spans))
+    word_starts = np.fromiter((a for a, _ in words), dtype=np.int64, count=len(words))
+    word_ends = np.fromiter((b for _, b in words), dtype=np.int64, count=len(words))
+    lo = np.searchsorted(ends, word_starts, side="right")
+    hi = np.maximum(lo, np.searchsorted(starts, word_ends, side="left"))
+    return lo, hi
+
+
+def _attended(
+    attention: Sequence[AttentionBlock], targets: int, source_lo: int, source_hi: int
+) -> np.ndarray:
+    """Per target token, its attention summed over source tokens ``source_lo:source_hi``."""
+    total = np.zeros(targets, dtype=np.float64)
+    for block in attention:
+        rows, cols = block.weights.shape
+        lo = max(source_lo, block.first_source)
+        hi = min(source_hi, block.first_source + cols)
+        if lo < hi:
+            first = block.first_target
+            total[first : first + rows] += block.weights[
+                :, lo - block.first_source : hi - block.first_source
+            ].sum(axis=1)
+    return total
 
 
 def reinsert(
@@ -82,34 +117,33 @@ def reinsert(
     target: str,
     source_spans: Sequence[tuple[int, int]],
     target_spans: Sequence[tuple[int, int]],
-    attention: Sequence[Sequence[float]],
+    attention: Sequence[AttentionBlock],
 ) -> str:
-    """``target`` with every token of ``stripped.marks`` put back by attention."""
+    """``target`` with every token of ``stripped.marks`` put back by attention.
+
+    Linear in the text per token put back: a long text's attention is scored
+    per target word from prefix sums, never pair by pair.
+    """
     src_words = [m.span() for m in _WORD.finditer(stripped.text)]
     tgt_words = [m.span() for m in _WORD.finditer(target)]
+    src_lo, src_hi = _token_ranges(source_spans, src_words)
+    tgt_lo, tgt_hi = _token_ranges(target_spans, tgt_words)
+    tgt_rows = np.maximum(1, tgt_hi - tgt_lo)
+    count = len(tgt_words)
+    relative = np.arange(count) / (count - 1) if count > 1 else np.zeros(count)
     inserts: list[tuple[int, int, str]] = []
     for order, (index, offset, closing, spaced) in enumerate(stripped.marks):
         word = _word_at(src_words, offset, closing)
         if word is None or not tgt_words:
             position = len(target) if closing else 0
         else:
-            src_tokens = _tokens_in(source_spans, src_words[word])
-            scores = []
-            for tgt_word in tgt_words:
-                rows = _tokens_in(target_spans, tgt_word)
-                scores.append(
-                    sum(attention[i][j] for i in rows for j in src_tokens) / max(1, len(rows))
-                )
-            top = max(scores) or 1.0
+            attended = _attended(attention, len(target_spans), src_lo[word], src_hi[word])
+            prefix = np.concatenate(([0.0], np.cumsum(attended)))
+            scores = (prefix[tgt_hi] - prefix[tgt_lo]) / tgt_rows
+            top = scores.max() or 1.0
             where = _relative(word, len(src_words))
-            best = max(
-                range(len(tgt_words)),
-                key=lambda w: (
-                    scores[w] / top
-                    + POSITION_WEIGHT * (1 - abs(_relative(w, len(tgt_words)) - where))
-                ),
-            )
-            start, end = tgt_words[best]
+            fit = scores / top + POSITION_WEIGHT * (1 - np.abs(relative - where))
+            start, end = tgt_words[int(np.argmax(fit))]
             position = end if closing else start
         text = token(index)
         if spaced:  # give back the space the token took along when it was stripped

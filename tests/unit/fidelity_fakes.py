@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from pipeline.demo_model.pseudo import to_pseudo
-from pipeline.engine.translator import AlignedTranslation, Translation, Translator
+from pipeline.engine.translator import AlignedTranslation, AttentionBlock, Translation, Translator
 from pipeline.fidelity.tokens import TOKEN_RE
 from pipeline.pairs import Pair
 
@@ -53,8 +55,6 @@ class AligningPseudoTranslator(PseudoTranslator):
         for text in texts:
             target = to_pseudo(text)
             spans = tuple((i, i + 1) for i in range(len(text)))
-            attention = tuple(
-                tuple(1.0 if i == j else 0.0 for j in range(len(text))) for i in range(len(text))
-            )
+            attention = (AttentionBlock(0, 0, np.eye(len(text), dtype=np.float32)),)
             out.append(AlignedTranslation(target, len(text), len(text), spans, spans, attention))
         return out

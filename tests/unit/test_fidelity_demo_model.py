@@ -236,8 +236,15 @@ def test_translate_aligned_gives_attention_over_the_same_translation(translator)
     (aligned,) = translator.translate_aligned([text], EN_XA)
     (plain,) = translator.translate_batch([text], EN_XA)
     assert aligned.text == plain.text == xa(text)
-    assert len(aligned.attention) == len(aligned.target_spans)
-    assert all(len(row) == len(aligned.source_spans) for row in aligned.attention)
+    # one block per line (each translated apart), together tiling both token sequences
+    assert len(aligned.attention) == 2
+    first_target = first_source = 0
+    for block in aligned.attention:
+        assert (block.first_target, block.first_source) == (first_target, first_source)
+        first_target += block.weights.shape[0]
+        first_source += block.weights.shape[1]
+        assert (block.weights >= 0).all() and block.weights.sum() > 0
+    assert (first_target, first_source) == (len(aligned.target_spans), len(aligned.source_spans))
     # every source character is covered by a token span
     covered = {i for a, b in aligned.source_spans for i in range(a, b)}
     assert covered >= {i for i, ch in enumerate(text) if not ch.isspace()}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from pipeline.demo_model.pseudo import to_pseudo
+from pipeline.engine.translator import AttentionBlock
 from pipeline.fidelity.align import reinsert, strip_tokens
 from pipeline.fidelity.document import Run, Span, literal_doc
 from pipeline.fidelity.engine import TranslatorEngine, translate_text
@@ -152,11 +154,12 @@ def test_reinsert_uses_word_attention():
     src = [(i, i + 1) for i in range(len(stripped.text))]
     tgt = [(i, i + 1) for i in range(len(target))]
     where = {0: 10, 6: 6, 10: 0}  # first letters: Hello->10, big->6, world->0
-    attention = [[0.0] * len(src) for _ in tgt]
+    attention = np.zeros((len(tgt), len(src)), dtype=np.float32)
     for s_word_start, t_word_start in where.items():
         for k in range(3):
             attention[t_word_start + k][s_word_start + k] = 1.0
-    assert reinsert(stripped, target, src, tgt, attention) == "world⟦1⟧ ⟦0⟧big Hello!"
+    blocks = [AttentionBlock(0, 0, attention)]
+    assert reinsert(stripped, target, src, tgt, blocks) == "world⟦1⟧ ⟦0⟧big Hello!"
 
 
 def test_expected_outputs_use_the_map():
