@@ -13,7 +13,8 @@ realistic engine cost, not quality.
 
 Random weights never decide to stop, so the registry entry says
 ``decoding = "input_length"``: every sequence of an engine call decodes
-exactly as many tokens as the longest source of that call (see
+exactly as many tokens as its own source, and leaves the call's batch then,
+as a real model's sequence does at its ``</s>`` (see
 :mod:`pipeline.engine.translator`).
 """
 

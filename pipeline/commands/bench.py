@@ -102,7 +102,8 @@ class _Context:
         if self.target.entry.decoding == "input_length":
             notes.append(
                 "decoding=input_length: random weights never stop, so every sequence "
-                "of a call decodes exactly as many tokens as the call's longest source"
+                "decodes exactly as many tokens as its own source"
+                + ("" if self.run_settings.beam_size == 1 else " (beams: as the call's longest)")
             )
         return BenchReport(name, self.machine, self.run_settings, runs, notes=notes, **kwargs)
 

@@ -72,8 +72,8 @@ _KEYS = frozenset(
 
 # How long the output may be: ``free`` stops at the model's </s> (up to twice
 # the input plus some slack); ``input_length`` decodes exactly as many tokens
-# as the longest input of the engine call (random-weight benchmark models
-# never choose </s> by themselves).
+# as each sequence's own input (random-weight benchmark models never choose
+# </s> by themselves).
 DECODINGS: tuple[str, ...] = ("free", "input_length")
 
 

@@ -33,8 +33,11 @@ and overlap one sub-batch's model call with its neighbours' preparation.
 How long the output may be is the registry entry's ``decoding``: ``free``
 stops at the model's ``</s>``, capped at twice the longest input plus 16
 tokens (and the model's ``max_output_tokens``); ``input_length`` (random-weight
-benchmark models, which never choose ``</s>``) decodes exactly as many tokens
-as the longest source of the call, for every sequence of the call.
+benchmark models, which never choose ``</s>``) decodes as many tokens as each
+sequence's own source: the call runs as many steps as its longest source, and
+a sequence leaves the batch when it has its own length, as a real model's does
+at its ``</s>`` (greedy search; with beams every sequence decodes as long as
+the call's longest, CTranslate2 having no step callback for beam search).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -511,8 +514,11 @@ class CTranslate2Translator(Translator):
         entry = loaded.entry
         prefix = list(entry.target_prefix)
         longest = max(len(s) for s in sources)
+        stop: Callable[[ctranslate2.GenerationStepResult], bool] | None = None
         if entry.decoding == "input_length":
             min_length = max_length = longest + len(prefix)
+            if self.beam_size == 1:  # CTranslate2 takes step callbacks in greedy search only
+                stop = _stop_at_own_length([len(s) + len(prefix) for s in sources])
         else:
             # Never past the model's positions, whatever the input length.
             min_length = 0
@@ -531,6 +537,7 @@ class CTranslate2Translator(Translator):
                     suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
                     min_decoding_length=min_length,
                     max_decoding_length=max_length,
+                    callback=stop,
                     **options,
                 )
             )
@@ -564,6 +571,24 @@ class CTranslate2Translator(Translator):
                 f"pair {pair.id} is not served here (serving: {', '.join(self.pairs)})"
             )
         return loaded
+
+
+def _stop_at_own_length(
+    lengths: Sequence[int],
+) -> Callable[[ctranslate2.GenerationStepResult], bool]:
+    """A step callback that ends each sequence once it has ``lengths[i]`` tokens.
+
+    Random weights never choose ``</s>``; a real model ends each sequence at
+    its own, and CTranslate2 then drops it from the call's batch. Ending each
+    at its own source length gives a benchmark model that cost shape rather
+    than every sequence decoding as long as the call's longest. (``step``
+    counts the target prefix too, as ``lengths`` does.)
+    """
+
+    def stop(step: ctranslate2.GenerationStepResult) -> bool:
+        return bool(step.step + 1 >= lengths[step.batch_id])
+
+    return stop
 
 
 def _probe_words(sp: sentencepiece.SentencePieceProcessor, count: int = 2048) -> list[str]:

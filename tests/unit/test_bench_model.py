@@ -43,10 +43,18 @@ def test_build_convert_register_and_translate(tmp_path):
     texts = ["Hello world, 42 times!", "A much longer sentence with quite a few more words."]
     prepared = translator.prepare(texts, pair)
     out = translator.translate_prepared(prepared, pair)
-    # random weights: nonsense, but exactly as long as the call's longest source
-    longest = max(p.tokens for p in prepared)
-    assert [t.output_tokens for t in out] == [longest, longest]
-    assert [t.input_tokens for t in out] == [p.tokens for p in prepared]
+    # random weights: nonsense, but each exactly as long as its own source,
+    # as a real model's output ends at its own </s>
+    lengths = [p.tokens for p in prepared]
+    assert lengths[0] < lengths[1]
+    assert [t.output_tokens for t in out] == lengths
+    assert [t.input_tokens for t in out] == lengths
+    # beam search takes no step callback: every sequence is as long as the longest
+    beams = CTranslate2Translator([entry], device="cpu", compute_type="int8", beam_size=2)
+    assert [t.output_tokens for t in beams.translate_prepared(prepared, pair)] == [
+        lengths[1],
+        lengths[1],
+    ]
 
     # building again replaces the entry rather than adding a second one
     build_bench_model(tmp_path / "bench" / "tiny", registry, shape=TINY, sentences=2000)
