@@ -7,12 +7,13 @@ no caching, no dedup.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
 
 import click
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from pipeline.engine.translator import CTranslate2Translator
 from pipeline.kafka_clients import kafka_python_options
@@ -23,25 +24,41 @@ from pipeline.settings import load_settings
 # each bench run consumes a topic of its own: NAIVE_TOPIC.<run id>
 NAIVE_TOPIC = "translate.bench.naive"
 
+log = logging.getLogger(__name__)
+
+
+def assign_all(consumer: KafkaConsumer, topic: str, timeout_s: float) -> None:
+    """Assign every partition of ``topic``, once this client's metadata lists them.
+
+    The run's topic is the consumer's alone, so it takes every partition
+    itself rather than join a group: a group member subscribed to a topic
+    created a moment ago once waited out a whole bench without an
+    assignment. A KRaft broker may list a new topic a little after the one
+    that created it, hence the wait.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (partitions := consumer.partitions_for_topic(topic)):
+        if time.monotonic() > deadline:
+            raise click.ClickException(f"topic {topic} has no partitions after {timeout_s:.0f}s")
+        time.sleep(0.5)
+    consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+    log.info("consuming %s partitions %s", topic, sorted(partitions))
+
 
 def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
     """Consume, translate one request, produce its result, commit; repeat until idle."""
     settings = load_settings()
     translator = CTranslate2Translator.from_settings(settings.engine, [pair_id])
     consumer = KafkaConsumer(
-        topic,
         **kafka_python_options(settings.kafka, "bench-naive"),
-        group_id=group,
+        group_id=group,  # for its offset commits only: it joins no group
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=1,
-        # the run's topic was created a moment ago: if the first metadata missed it,
-        # look again in seconds, not after kafka-python's default five minutes
-        metadata_max_age_ms=5000,
     )
+    assign_all(consumer, topic, settings.kafka.request_timeout_ms / 1000)
     producer = KafkaProducer(**kafka_python_options(settings.kafka, "bench-naive"), acks="all")
-    # SIGTERM (the bench is done): finish the message in hand, then leave the group,
-    # so the next bench does not find this consumer there for a session timeout
+    # SIGTERM (the bench is done): finish the message in hand, then stop
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     last = time.monotonic()
@@ -85,6 +102,8 @@ def serve(topic: str, group: str, pair_id: str, idle_exit_s: float) -> None:
 )
 def main(topic: str, group: str, pair_id: str, idle_exit: float) -> None:
     """Serve the naive baseline until idle (started by ``babelstream bench naive``)."""
+    # the bench's log of this process: what a consumer that never answers was doing
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     serve(topic, group, pair_id, idle_exit)
 
 
