@@ -62,15 +62,16 @@ def strip_tokens(run: Run, engine_text: str) -> Stripped:
     return Stripped("".join(out), tuple(marks))
 
 
-def _word_at(words: list[tuple[int, int]], offset: int, closing: bool) -> int | None:
-    """Index of the word a token at ``offset`` belongs to."""
-    if not words:
+def _word_at(starts: list[int], ends: list[int], offset: int, closing: bool) -> int | None:
+    """Index of the word (of those starting and ending at ``starts``, ``ends``) a token
+    at ``offset`` belongs to."""
+    if not starts:
         return None
     if closing:  # the last word ending at or before the offset
-        before = bisect.bisect_right([end for _, end in words], offset)
+        before = bisect.bisect_right(ends, offset)
         return before - 1 if before else 0
-    after = bisect.bisect_left([start for start, _ in words], offset)
-    return after if after < len(words) else len(words) - 1
+    after = bisect.bisect_left(starts, offset)
+    return after if after < len(starts) else len(starts) - 1
 
 
 def _relative(index: int, count: int) -> float:
@@ -126,6 +127,7 @@ def reinsert(
     """
     src_words = [m.span() for m in _WORD.finditer(stripped.text)]
     tgt_words = [m.span() for m in _WORD.finditer(target)]
+    src_starts, src_ends = [a for a, _ in src_words], [b for _, b in src_words]
     src_lo, src_hi = _token_ranges(source_spans, src_words)
     tgt_lo, tgt_hi = _token_ranges(target_spans, tgt_words)
     tgt_rows = np.maximum(1, tgt_hi - tgt_lo)
@@ -133,7 +135,7 @@ def reinsert(
     relative = np.arange(count) / (count - 1) if count > 1 else np.zeros(count)
     inserts: list[tuple[int, int, str]] = []
     for order, (index, offset, closing, spaced) in enumerate(stripped.marks):
-        word = _word_at(src_words, offset, closing)
+        word = _word_at(src_starts, src_ends, offset, closing)
         if word is None or not tgt_words:
             position = len(target) if closing else 0
         else:
