@@ -77,6 +77,9 @@ class WorkerProcess:
         self.metrics_port = int(self._env["BABELSTREAM_OBSERVABILITY__METRICS_PORT"])
         self.instance_id = self._env["BABELSTREAM_WORKER__INSTANCE_ID"]
         self._proc: subprocess.Popen[bytes] | None = None
+        # when this worker last got a request (time.monotonic()): the probe, or a bench's
+        # load (fair share counts a tenant as active for a while after its last request)
+        self.last_request_at: float | None = None
 
     @property
     def ready_url(self) -> str:
@@ -150,6 +153,7 @@ class WorkerProcess:
                                 f"probe came back {result.status}: {result.error}; "
                                 f"see {self._log_path}"
                             )
+                        self.last_request_at = time.monotonic()
                         return
                     bar.update()
 

@@ -544,6 +544,10 @@ class BatchingSettings(_Section):
     default_p95_ms: float = Field(1000.0, gt=0)
     min_wait_s: float = Field(0.002, gt=0)
     max_messages: int = Field(256, ge=1)
+    # With fair share, a lone tenant's round is its oldest held request and the ones
+    # nearest to it in length among its next sort_window held requests, so engine calls
+    # pad little (a request may overtake older ones of its tenant); 1: oldest first
+    sort_window: int = Field(512, ge=1)
     # bulk calls are cut so each is estimated to run at most this long: a running
     # call cannot be pre-empted, so this bounds how long interactive work waits
     bulk_max_call_s: float = Field(0.05, gt=0)

@@ -420,7 +420,17 @@ def _add_pair_agents(
         size = lambda shaper=shaper: shaper.knobs.max_messages  # noqa: E731 (read at each cut)
         round_s = lone_round_s(s.tenants.max_round_s, cost, budget)
         agent = (
-            _fair_agent(shell, runner, window, take, topic_name, size, round_s)
+            _fair_agent(
+                shell,
+                runner,
+                window,
+                take,
+                topic_name,
+                size,
+                round_s,
+                s.batching.sort_window,
+                functools.partial(entry.translator.count_tokens, pair=entry.pair),
+            )
             if s.tenants.fair_share
             else _plain_agent(shell, runner, window, take, w.max_wait_s, size)
         )
@@ -452,10 +462,14 @@ def _fair_agent(
     topic: str,
     batch_size: Callable[[], int] | None = None,
     max_round_s: float | None = None,
+    sort_window: int = 1,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
-    ``max_round_s`` bounds a lone tenant's rounds (:class:`~pipeline.fairness.RoundPace`).
+    ``max_round_s`` bounds a lone tenant's rounds (:class:`~pipeline.fairness.RoundPace`);
+    ``sort_window`` lets them take requests of similar length rather than strictly the
+    oldest, in tokens when ``count_tokens`` is given (counted off the event loop).
 
     Held events are admitted (their offsets owed) but not done, so nothing past
     the oldest of them is committed; events of an assignment that was revoked
@@ -463,6 +477,12 @@ def _fair_agent(
     """
     s = shell.ctx.settings
     tenants = s.tenants
+
+    async def held(admitted: Sequence[Any], tickets: list[Ticket]) -> list[Held]:
+        def measure() -> list[Held]:
+            return [held_of(e, t, count_tokens) for e, t in zip(admitted, tickets, strict=True)]
+
+        return measure() if count_tokens is None else await asyncio.to_thread(measure)
 
     async def consume(stream: StreamT[Any]) -> None:
         rounds: FairRounds[Held] = FairRounds(
@@ -473,6 +493,8 @@ def _fair_agent(
                 quantum=tenants.quantum_chars,
                 max_items=take,
                 active_s=tenants.active_s,
+                sort_window=sort_window,
+                length_of=lambda h: h.length,
             ),
             max_held=tenants.max_deferred,
         )
@@ -484,9 +506,7 @@ def _fair_agent(
             async for events in micro_batches(stream, take, s.worker.max_wait_s):
                 admitted, tickets = await shell.admit(events)
                 if admitted:
-                    await rounds.offer(
-                        [held_of(e, t) for e, t in zip(admitted, tickets, strict=True)]
-                    )
+                    await rounds.offer(await held(admitted, tickets))
         finally:
             server.cancel()
 
@@ -517,13 +537,17 @@ async def _serve_rounds(
     seen: set[str] = set()
     while True:
         chosen = await rounds.next_round(pace.max_chars())
+        # only a round that was cut (work stayed held) shows a full round's pace: one that
+        # took everything held was smaller, and per text a smaller batch is slower
+        cut = len(rounds) > 0
         current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
         if current:
             started = time.monotonic()
             await shell.process(
                 [h.event for h in current], [h.ticket for h in current], runner, window, batch_size
             )
-            pace.observe(sum(h.chars for h in current), time.monotonic() - started)
+            if cut:
+                pace.observe(sum(h.chars for h in current), time.monotonic() - started)
             metrics.set_fair_share_round_limit(topic, pace.max_chars())
         held = rounds.held_by_tenant()
         metrics.set_fair_share_held(topic, held, seen)

@@ -10,10 +10,11 @@ reply-topic listing backs :class:`~pipeline.replies.ReplyTopicCheck`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,22 +184,29 @@ class Held:
     ticket: Ticket
     tenant: str
     chars: int
+    # what an engine call pads to: source tokens when the agent counts them, else chars
+    length: int
 
 
-def held_of(event: EventT[Any], ticket: Ticket) -> Held:
-    """The event with its tenant and size (read from the request; anything unreadable
-    counts for ``default`` and is dead-lettered by the decode step when its round comes)."""
+def held_of(
+    event: EventT[Any], ticket: Ticket, count_tokens: Callable[[str], int] | None = None
+) -> Held:
+    """The event with its tenant, size and length (read from the request; anything
+    unreadable counts for ``default`` and is dead-lettered by the decode step when its
+    round comes). ``count_tokens`` (the pair's tokenizer) gives the length in tokens."""
     try:
         document = json.loads(event.message.value or b"")
         tenant = document.get("tenant") if isinstance(document, dict) else None
         text = document.get("text") if isinstance(document, dict) else None
     except ValueError:
         tenant = text = None
+    chars = len(text) if isinstance(text, str) else 1
+    length = chars
+    if count_tokens is not None and isinstance(text, str):
+        with contextlib.suppress(Exception):  # the engine step judges the text itself
+            length = count_tokens(text)
     return Held(
-        event,
-        ticket,
-        tenant_label(tenant if isinstance(tenant, str) else None),
-        len(text) if isinstance(text, str) else 1,
+        event, ticket, tenant_label(tenant if isinstance(tenant, str) else None), chars, length
     )
 
 

@@ -32,6 +32,7 @@ def drr(
     quantum: int = 10,
     max_items: int = 64,
     clock: Clock | None = None,
+    sort_window: int = 1,
 ) -> DeficitRoundRobin[Item]:
     weights = weights or {}
     return DeficitRoundRobin(
@@ -41,6 +42,7 @@ def drr(
         quantum=quantum,
         max_items=max_items,
         active_s=5.0,
+        sort_window=sort_window,
         clock=clock or Clock(),
     )
 
@@ -139,6 +141,46 @@ def test_the_cost_bound_does_not_change_crowded_rounds() -> None:
     assert Counter(t for t, _, _ in fair.next_round(max_cost=1)) == {"a": 10, "b": 10}
 
 
+def test_a_lone_tenants_round_takes_its_oldest_and_the_nearest_lengths_in_the_window() -> None:
+    fair = drr(max_items=3, sort_window=6)
+    lengths = [50, 10, 48, 90, 52, 51, 49]  # the 7th lies outside the first window
+    fair.offer([("a", cost, seq) for seq, cost in enumerate(lengths)])
+    # from the oldest (50): 51 widens the range by 1, then 52 by 2 (48 would by 3);
+    # the round goes out in queue order
+    assert fair.next_round() == [("a", 50, 0), ("a", 52, 4), ("a", 51, 5)]
+    assert fair.next_round() == [("a", 10, 1), ("a", 48, 2), ("a", 49, 6)]
+    assert fair.next_round() == [("a", 90, 3)]
+    assert len(fair) == 0 and fair.held_by_tenant() == {}
+
+
+def test_length_sorted_rounds_pad_less_and_never_pass_over_the_oldest() -> None:
+    lengths = [(seq * 37) % 97 + 3 for seq in range(400)]  # mixed lengths, 3-99
+    padding: dict[int, float] = {}
+    for window in (1, 256):
+        fair = drr(max_items=32, sort_window=window)
+        fair.offer([("a", cost, seq) for seq, cost in enumerate(lengths)])
+        padded = served = 0
+        out: list[int] = []
+        while len(fair):
+            oldest = min(out_of_rounds := set(range(400)) - set(out))
+            chosen = fair.next_round()
+            assert oldest in [seq for _, _, seq in chosen], "the oldest always goes next"
+            padded += max(c for _, c, _ in chosen) * len(chosen)
+            served += sum(c for _, c, _ in chosen)
+            out.extend(seq for _, _, seq in chosen)
+            assert len(out_of_rounds) - len(chosen) == len(fair)
+        assert sorted(out) == list(range(400)), "every item exactly once"
+        padding[window] = 1 - served / padded
+    assert padding[1] > 0.4 and padding[256] < 0.1, padding
+
+
+def test_the_sort_window_leaves_crowded_rounds_oldest_first() -> None:
+    fair = drr(quantum=30, sort_window=64)
+    fair.offer([("a", cost, seq) for seq, cost in enumerate([10, 20, 10, 10])])
+    fair.offer([("b", 10, 0)])
+    assert fair.next_round() == [("a", 10, 0), ("a", 20, 1), ("b", 10, 0)]
+
+
 def test_round_pace_bounds_rounds_by_measured_time() -> None:
     pace = RoundPace(0.25, smoothing=0.5)
     assert pace.max_chars() is None, "nothing measured yet: unbounded"
@@ -172,6 +214,8 @@ def test_held_counts() -> None:
 def test_invalid_parameters() -> None:
     with pytest.raises(ValueError):
         drr(quantum=0)
+    with pytest.raises(ValueError):
+        drr(sort_window=0)
 
 
 def test_requests_without_tenant_share_default() -> None:
@@ -208,3 +252,20 @@ async def _fair_rounds_scenario() -> None:
     assert rounds.held_by_tenant() == {"a": 1, "b": 1}
     assert await rounds.remove(lambda item: item[0] == "a") == [("a", 1, 4)]
     assert len(rounds) == 1
+
+
+def test_rounds_sort_by_their_own_length_and_bound_by_cost() -> None:
+    # (tenant, cost, seq) with lengths apart from cost: the round groups equal lengths
+    length = {0: 5, 1: 40, 2: 5, 3: 40, 4: 5}
+    fair: DeficitRoundRobin[Item] = DeficitRoundRobin(
+        tenant_of=lambda item: item[0],
+        cost_of=lambda item: item[1],
+        weight_of=lambda _tenant: 1.0,
+        quantum=10,
+        max_items=64,
+        sort_window=8,
+        length_of=lambda item: length[item[2]],
+    )
+    fair.offer([("a", 100, seq) for seq in range(5)])
+    assert [seq for _, _, seq in fair.next_round(max_cost=250)] == [0, 2, 4]
+    assert [seq for _, _, seq in fair.next_round(max_cost=150)] == [1, 3]

@@ -210,23 +210,16 @@ def test_no_replacement_characters_unless_the_source_has_them(translator, text):
         assert result.text.count("\ufffd") == source.count("\ufffd")
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param(
-            t,
-            marks=pytest.mark.xfail(
-                strict=True, reason="demo model slip: a segment-initial Ü comes back as ñ"
-            ),
-        )
-        if t == ISSUE_EXAMPLE
-        else t
-        for t in ACCENTED
-    ],
-)
+# The demo model's int8 arithmetic differs by CPU: on some it turns the segment-initial
+# Ü of this text into ñ (the model's slip, not the fidelity layer's: the letter reaches
+# the model intact); the rest of the text must come back unchanged either way.
+KNOWN_SLIPS = {ISSUE_EXAMPLE: "ñ" + xa(ISSUE_EXAMPLE)[1:]}
+
+
+@pytest.mark.parametrize("text", ACCENTED)
 def test_letters_outside_the_map_come_back_unchanged(translator, text):
     result = translate(translator, text)
-    assert result.text == xa(text)
+    assert result.text in (xa(text), KNOWN_SLIPS.get(text))
     back = translate(translator, result.text, pair=XA_EN)
     assert back.text == from_pseudo(result.text)
 
