@@ -288,6 +288,7 @@ def set_batching_state(pair: str, state: ControllerState) -> None:
         "latency_share": state.latency_share,
         "queue_delay_seconds": state.queue_delay_s,
         "service_seconds": state.service_s,
+        "arrivals_per_second": state.arrivals_per_s,
     }
     for knob, value in values.items():
         BATCHING_KNOB.labels(pair, knob).set(value)

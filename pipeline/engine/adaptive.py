@@ -12,7 +12,10 @@ and plan (:class:`BatchingKnobs`: ``max_wait_s``, ``max_messages``,
   queueing delay of the batch's oldest request, whether the take came back
   full, the engine's service time and the texts' lengths. Below saturation
   it is in *latency* mode: batches whose cost-model estimate stays within
-  ``latency_share`` of the objective, so P95 stays under it. Under a backlog (takes come back
+  ``latency_share`` of the objective, so P95 stays under it, but never so
+  small that serving the observed arrival rate would keep the engine busier
+  than ``max_utilisation`` (a batch cap below the arrival rate only grows the
+  queue, which costs more latency than a larger call). Under a backlog (takes come back
   full, or requests queue longer than the objective, for a few batches in a
   row) it switches to *throughput* mode: the batch size where the engine's
   cost per text stops falling (the cost model's plateau), since queueing then
@@ -67,6 +70,8 @@ class ControllerLimits:
     latency_share: float = 0.5
     min_latency_share: float = 0.1
     max_latency_share: float = 0.8
+    # latency mode's batches must serve the arrival rate with the engine at most this busy
+    max_utilisation: float = 0.8
     # a batch size is on the plateau once its cost per text is within this of the best
     plateau_tolerance: float = 0.02
     # consecutive batches that must agree before the mode changes
@@ -84,6 +89,7 @@ class ControllerState:
     service_s: float
     typical_tokens: float
     longest_tokens: float
+    arrivals_per_s: float = 0.0
 
 
 class AdaptiveBatching:
@@ -111,6 +117,8 @@ class AdaptiveBatching:
         self._service_s = 0.0
         self._tokens = initial_tokens
         self._longest = initial_tokens
+        self._arrivals_per_s = 0.0
+        self._newest_submitted_s: float | None = None
         self._knobs = self._latency_knobs()
 
     @property
@@ -127,6 +135,7 @@ class AdaptiveBatching:
             self._service_s,
             self._tokens,
             self._longest,
+            self._arrivals_per_s,
         )
 
     def observe_batch(
@@ -138,14 +147,19 @@ class AdaptiveBatching:
         service_s: float,
         mean_tokens: float,
         longest_tokens: float,
+        newest_submitted_s: float | None = None,
     ) -> BatchingKnobs:
         """One micro-batch done: update the estimates, maybe switch mode, return new knobs.
 
         ``queue_delay_s`` is how long the batch's oldest request waited before
         processing began; ``full`` whether the take returned ``max_messages``
-        (more was waiting); ``service_s`` the engine time of the batch.
+        (more was waiting); ``service_s`` the engine time of the batch;
+        ``newest_submitted_s`` when its newest request was submitted (any
+        clock, the same for every batch): ``size`` requests arrived since the
+        previous batch's newest, which gives the arrival rate.
         """
         a = self._alpha
+        self._observe_arrivals(size, newest_submitted_s)
         self._queue_s += a * (queue_delay_s - self._queue_s)
         self._service_s += a * (service_s - self._service_s)
         if size > 0 and mean_tokens > 0:
@@ -162,6 +176,14 @@ class AdaptiveBatching:
             self._throughput_knobs() if self._mode == THROUGHPUT else (self._latency_knobs())
         )
         return self._knobs
+
+    def _observe_arrivals(self, size: int, newest_s: float | None) -> None:
+        if newest_s is None:
+            return
+        previous, self._newest_submitted_s = self._newest_submitted_s, newest_s
+        if previous is not None and newest_s > previous and size > 0:
+            rate = size / (newest_s - previous)
+            self._arrivals_per_s += self._alpha * (rate - self._arrivals_per_s)
 
     def observe_window(self, p95_ms: float, count: int, *, lag_growing: bool) -> BatchingKnobs:
         """One SLA window of this pair closed (outer loop): nudge the latency share."""
@@ -180,13 +202,17 @@ class AdaptiveBatching:
         return self.cost.seconds(n, math.ceil(self._longest)) / n
 
     def _latency_knobs(self) -> BatchingKnobs:
-        """Short wait; the largest batch whose estimated call fits the latency share."""
+        """Short wait; the largest batch whose estimated call fits the latency share,
+        or the smallest that keeps up with the arrival rate, if that is larger."""
         limits = self.limits
         target_s = limits.p95_ms / 1000
         allowed = self._share * target_s
         longest = math.ceil(self._longest)
         n = limits.min_messages
         while n < limits.max_messages and self.cost.seconds(n + 1, longest) <= allowed:
+            n += 1
+        needed_per_s = self._arrivals_per_s / limits.max_utilisation
+        while n < limits.max_messages and n / self.cost.seconds(n, longest) < needed_per_s:
             n += 1
         return BatchingKnobs(self.limits.min_wait_s, n, self._budget(n))
 

@@ -88,6 +88,7 @@ class BatchShaper:
             service_s=service_s,
             mean_tokens=sum(lengths) / len(lengths) if lengths else 0.0,
             longest_tokens=max(lengths, default=0),
+            newest_submitted_s=max(submitted_ms) / 1000,
         )
         metrics.set_batching_state(self.pair.id, self.controller.state)
 

@@ -96,6 +96,7 @@ def simulate(
                 service_s=service,
                 mean_tokens=sum(lengths) / len(lengths),
                 longest_tokens=max(lengths),
+                newest_submitted_s=batch[-1][0],
             )
             modes.append(controller.state.mode)
     span = max(now, load[-1][0]) - load[0][0]
@@ -177,3 +178,25 @@ def test_sla_windows_over_the_objective_shrink_batches():
 def test_invalid_limits():
     with pytest.raises(ValueError):
         AdaptiveBatching(ControllerLimits(p95_ms=0), COST)
+
+
+def test_latency_batches_keep_up_with_the_arrival_rate() -> None:
+    # 60 requests/s, each batch's newest 0.1 s after the previous one's: 6 per batch
+    controller = adaptive()
+    share_only = controller.knobs.max_messages
+    for i in range(30):
+        knobs = controller.observe_batch(
+            size=6,
+            full=False,
+            queue_delay_s=0.01,
+            service_s=0.07,
+            mean_tokens=50,
+            longest_tokens=50,
+            newest_submitted_s=0.1 * i,
+        )
+    longest = int(np.ceil(controller.state.longest_tokens))
+    assert controller.state.mode == LATENCY
+    assert controller.state.arrivals_per_s == pytest.approx(60, rel=0.01)
+    n = knobs.max_messages
+    assert n > share_only, "the share of the objective alone would not keep up"
+    assert n / COST.seconds(n, longest) >= 60 / 0.8 > (n - 1) / COST.seconds(n - 1, longest)
