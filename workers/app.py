@@ -555,7 +555,8 @@ async def _serve_rounds(
 
 
 def _add_controls(app: faust.App, controls: Controls, *, with_agents: bool) -> None:
-    """The cancel feed (translation agents need it) and the quota counters' health."""
+    """The cancel feed (translation agents need it), the quota counters' health, and the
+    reply producer's pruning."""
     if with_agents:
         app.task(controls.feed.run)
     quota_errors = metrics.TotalTracker(metrics.QUOTA_ERRORS)
@@ -563,6 +564,13 @@ def _add_controls(app: faust.App, controls: Controls, *, with_agents: bool) -> N
     @app.timer(interval=controls.sample_interval_s)
     async def sample_quota_errors() -> None:
         quota_errors.update(controls.quotas.errors)
+
+    @app.timer(interval=controls.listing_refresh_s)
+    async def prune_reply_producer() -> None:
+        try:
+            await controls.reply_producer.prune()
+        except Exception as exc:  # a listing that failed: next time
+            log.warning("could not list reply topics: %s", exc)
 
 
 def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> None:

@@ -13,21 +13,22 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import EventT
+from kafka import KafkaProducer
 
 from pipeline import metrics
 from pipeline.cancel import CancelRegistry, apply_record
 from pipeline.fairness import tenant_label
-from pipeline.kafka_clients import aiokafka_options
+from pipeline.kafka_clients import aiokafka_options, kafka_python_options
 from pipeline.offsets import Ticket
-from pipeline.pairs import CANCEL_TOPIC, RESULTS_TOPIC
+from pipeline.pairs import CANCEL_TOPIC
 from pipeline.quota import QuotaLimiter
 from pipeline.replies import ReplyTopicCheck
 from pipeline.settings import KafkaSettings, Settings
@@ -134,46 +135,95 @@ class TopicLister:
 
 
 class ReplyProducer:
-    """The producer of reply copies: its own, so its metadata can forget deleted topics.
+    """The producer of reply copies: kafka-python, never asking for auto-creation.
 
-    aiokafka's client refreshes metadata for every topic it ever produced to,
-    and logs an ERROR for each one that no longer exists. Reply topics are
-    created and deleted all the time (one per ``translate`` call), so this
-    producer prunes its topic set to the reply topics that still exist, at
-    most every ``prune_s``.
+    Reply topics are created and deleted all the time (one per ``translate``
+    call), and a caller may delete its topic between the worker's listing and
+    the copy. aiokafka cannot be told not to auto-create in its metadata
+    requests (on a broker that allows it the deleted topic comes back, empty,
+    for good), and its sender re-requests metadata with no backoff while a batch
+    waits for a vanished partition's leader (thousands of requests a second).
+    kafka-python's producer asks for no auto-creation, backs off between
+    metadata requests, and gives up within ``timeout_s``. It keeps asking for
+    every topic it ever produced to, so :meth:`prune` (a worker timer) closes it
+    once one of them is gone; the next send starts a new one. Sends run in a
+    thread, one call at a time.
     """
 
-    def __init__(self, kafka: KafkaSettings, lister: TopicLister, prune_s: float) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, lister: TopicLister, timeout_s: float, prefix: str
+    ) -> None:
         self._kafka = kafka
         self._lister = lister
-        self._prune_s = prune_s
-        self._producer: AIOKafkaProducer | None = None
+        self._timeout_s = timeout_s
+        self._producer: KafkaProducer | None = None
         self._used: set[str] = set()
-        self._pruned_at = 0.0
+        self._lock = threading.Lock()  # a cancelled caller's thread may still be sending
+        logging.getLogger("kafka.cluster").addFilter(_DeletedReplyTopics(prefix))
 
     async def send_all(self, records: Sequence[Outgoing]) -> None:
-        if self._producer is None:
-            producer = AIOKafkaProducer(**aiokafka_options(self._kafka, "replies"), acks="all")
-            await producer.start()
-            self._producer = producer
-        futures = [
-            await self._producer.send(r.topic, r.value, key=r.key, headers=r.headers)
-            for r in records
-        ]
-        await asyncio.gather(*futures)
-        self._used.update(r.topic for r in records)
-        await self._prune()
+        await asyncio.to_thread(self._send_all, records)
 
-    async def _prune(self) -> None:
-        now = time.monotonic()
-        if self._producer is None or now - self._pruned_at < self._prune_s:
-            return
-        self._pruned_at = now
-        live = self._used & await self._lister()
-        if live != self._used:
-            self._used = live
-            # an empty set would mean "every topic" to the client: keep one that exists
-            self._producer.client.set_topics(live or {RESULTS_TOPIC})
+    async def prune(self) -> None:
+        """Let go of the producer if a topic it produced to has been deleted."""
+        if self._used and self._used - await self._lister():
+            await asyncio.to_thread(self._let_go)
+
+    def _send_all(self, records: Sequence[Outgoing]) -> None:
+        with self._lock:
+            if self._producer is None:
+                timeout_ms = int(self._timeout_s * 1000)
+                self._producer = KafkaProducer(
+                    **{
+                        **kafka_python_options(self._kafka, "replies"),
+                        "request_timeout_ms": timeout_ms,
+                    },
+                    acks="all",
+                    allow_auto_create_topics=False,
+                    max_block_ms=timeout_ms,
+                    # must exceed linger + request timeout; the caller stops waiting sooner
+                    delivery_timeout_ms=2 * timeout_ms,
+                )
+            self._used.update(r.topic for r in records)
+            futures = [
+                self._producer.send(r.topic, value=r.value, key=r.key, headers=r.headers)
+                for r in records
+            ]
+            for future in futures:
+                future.get(timeout=self._timeout_s)
+
+    def _let_go(self) -> None:
+        with self._lock:  # between sends
+            producer, self._producer, self._used = self._producer, None, set()
+        if producer is not None:
+            # Its pending copies (to a deleted topic) expire within the delivery timeout;
+            # kafka-python's close raises if they are still pending, so it waits them out,
+            # on a thread of its own so that new copies need not wait.
+            threading.Thread(
+                target=producer.close,
+                kwargs={"timeout": 3 * self._timeout_s},
+                name="reply-producer-close",
+                daemon=True,
+            ).start()
+
+
+class _DeletedReplyTopics(logging.Filter):
+    """kafka-python's ERROR "Topic ... not found" for a reply topic, demoted to DEBUG:
+    callers delete their topics when done, and :meth:`ReplyProducer.prune` lets go of
+    them within a listing interval."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self._prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if record.msg == "Topic %s not found in cluster metadata" and any(
+            isinstance(a, str) and a.startswith(self._prefix) for a in args
+        ):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+        return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +267,9 @@ class Controls:
     cancels: CancelRegistry
     feed: CancelFeed
     quotas: QuotaLimiter
+    reply_producer: ReplyProducer
     reply_copies: ReplyCopies
+    listing_refresh_s: float
     sample_interval_s: float
 
     @classmethod
@@ -225,14 +277,15 @@ class Controls:
         cancels = CancelRegistry(settings.limits.max_timeout_ms, settings.worker.cancel_max_entries)
         replies = settings.replies
         lister = TopicLister(settings.kafka)
+        producer = ReplyProducer(settings.kafka, lister, replies.copy_timeout_s, replies.prefix)
         return cls(
             cancels=cancels,
             feed=CancelFeed(settings.kafka, cancels),
             quotas=QuotaLimiter(settings.tenants, settings.redis),
+            reply_producer=producer,
             reply_copies=ReplyCopies(
-                ReplyProducer(settings.kafka, lister, replies.listing_refresh_s),
-                ReplyTopicCheck(lister, replies.listing_refresh_s),
-                replies.copy_timeout_s,
+                producer, ReplyTopicCheck(lister, replies.listing_refresh_s), replies.copy_timeout_s
             ),
+            listing_refresh_s=replies.listing_refresh_s,
             sample_interval_s=settings.observability.sample_interval_s,
         )

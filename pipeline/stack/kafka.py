@@ -56,7 +56,11 @@ def render_server_properties(
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(log_dir),
         "num.partitions": "4",
-        "auto.create.topics.enable": "true",
+        # As in production (deploy/k8s): every topic is created with its configs
+        # (pipeline/stack/topics.py). aiokafka's metadata requests always ask for
+        # auto-creation, so with it on a worker's producer re-creates a reply topic
+        # its caller has just deleted.
+        "auto.create.topics.enable": "false",
         "default.replication.factor": str(kafka.replication_factor),
         "min.insync.replicas": str(kafka.min_insync_replicas),
         "offsets.topic.replication.factor": str(kafka.replication_factor),

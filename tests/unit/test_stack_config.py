@@ -32,7 +32,7 @@ def test_server_properties_single_kraft_node() -> None:
     for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor"):
         assert props[key] == "1"
     assert props["group.initial.rebalance.delay.ms"] == "0"
-    assert props["auto.create.topics.enable"] == "true"
+    assert props["auto.create.topics.enable"] == "false"
     assert props["num.partitions"] == "4"
 
 
