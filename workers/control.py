@@ -179,6 +179,10 @@ class ReplyProducer:
                         "request_timeout_ms": timeout_ms,
                     },
                     acks="all",
+                    # best effort (the result is on the shared topic): a failed copy is
+                    # given up, and with nothing retried no batch waits on a deleted topic
+                    retries=0,
+                    enable_idempotence=False,
                     allow_auto_create_topics=False,
                     max_block_ms=timeout_ms,
                     # must exceed linger + request timeout; the caller stops waiting sooner
