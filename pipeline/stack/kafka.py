@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import itertools
 import re
 import shutil
 import subprocess
@@ -103,8 +104,15 @@ def cluster_id(seed: str) -> str:
     Derived from ``seed`` (the stack home and layout), so every node of one
     cluster, and a node whose data was wiped, is formatted with the same id.
     """
-    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"babelstream:{seed}")
-    return base64.urlsafe_b64encode(digest.bytes).rstrip(b"=").decode()
+    # Kafka's own Uuid.randomUuid() redraws an id that starts with '-', which
+    # kafka-storage's argument parser reads as an option; redraw the same way,
+    # deterministically, by salting the seed.
+    for salt in itertools.count():
+        digest = uuid.uuid5(uuid.NAMESPACE_URL, f"babelstream:{seed}" + f"#{salt}" * bool(salt))
+        encoded = base64.urlsafe_b64encode(digest.bytes).rstrip(b"=").decode()
+        if not encoded.startswith("-"):
+            return encoded
+    raise AssertionError("unreachable")  # itertools.count() never ends
 
 
 class KafkaService(Service):

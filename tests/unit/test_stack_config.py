@@ -45,6 +45,14 @@ def test_cluster_id_is_kafka_uuid_format() -> None:
     assert cluster_id("/var/babelstream:3:secure") != cid
 
 
+def test_cluster_id_never_reads_as_an_option() -> None:
+    # about 1 seed in 64 hashes to an id that starts with '-', which
+    # kafka-storage's parser takes for a flag ("expected one argument")
+    ids = [cluster_id(f"/tmp/pytest-of-root/pytest-{n}/cluster0:3:plaintext") for n in range(2000)]
+    assert not [cid for cid in ids if cid.startswith("-")]
+    assert len(set(ids)) == len(ids)
+
+
 def test_redis_conf_foreground_loopback_with_marker(tmp_path: Path) -> None:
     conf = render_redis_conf(16379, tmp_path / "data", tmp_path / "redis.conf")
     lines = conf.splitlines()
