@@ -74,6 +74,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -83,11 +84,13 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.parquet as pq
 from kafka import KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
 from kafka.structs import OffsetAndMetadata
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from pipeline.kafka_clients import admin_client, kafka_python_options, spark_kafka_options
 from pipeline.messages import UNSUPPORTED_PAIR_REASON, UNSUPPORTED_SERIES, LateResult, SlaWindow
@@ -413,13 +416,35 @@ class KafkaSink:
 
     def _read_mark(self, topic: str) -> int | None:
         holder = TopicPartition(topic, 0)
+        # On a broker that has never seen a consumer group, the first coordinator
+        # lookup creates __consumer_offsets and answers CoordinatorNotAvailable
+        # until it is loaded: a retriable fault, not a job failure. A new admin
+        # client per attempt, since kafka-python caches the coordinator it found.
+        retrying = Retrying(
+            retry=retry_if_exception(_retriable_kafka_error),
+            wait=wait_exponential_jitter(multiplier=0.1, max=2.0),
+            stop=stop_after_delay(self._kafka.request_timeout_ms / 1000),
+            before_sleep=lambda state: log.info(
+                "reading the mark of %s: %s; retrying",
+                topic,
+                state.outcome.exception() if state.outcome else "?",
+            ),
+            reraise=True,
+        )
+        offsets = retrying(self._list_mark_offsets, holder)
+        mark = offsets.get(self.transactional_id, {}).get(holder)
+        return mark.offset - 1 if mark is not None and mark.offset > 0 else None
+
+    def _list_mark_offsets(
+        self, holder: TopicPartition
+    ) -> dict[str, dict[TopicPartition, OffsetAndMetadata]]:
         admin = admin_client(self._kafka, "sla")
         try:
+            offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]]
             offsets = admin.list_group_offsets({self.transactional_id: [holder]})
         finally:
             admin.close()
-        mark = offsets.get(self.transactional_id, {}).get(holder)
-        return mark.offset - 1 if mark is not None and mark.offset > 0 else None
+        return offsets
 
     def send(self, topic: str, records: Sequence[tuple[bytes, bytes]], batch_id: int) -> None:
         """Commit ``(key, value)`` records and ``batch_id``'s mark to ``topic``, atomically."""
@@ -445,6 +470,11 @@ class KafkaSink:
         """Close the producer, if one was opened."""
         if self._producer is not None:
             self._producer.close()
+
+
+def _retriable_kafka_error(exc: BaseException) -> bool:
+    """A fault Kafka itself calls transient (no coordinator yet, a leader moving)."""
+    return isinstance(exc, KafkaError) and exc.retriable
 
 
 class BatchSink(Protocol):
@@ -775,7 +805,26 @@ def failure_message(text: str, checkpoint: Path) -> str:
             "--checkpoint / BABELSTREAM_SLA__CHECKPOINT_DIR): the windows still open in "
             "the old one are not emitted"
         )
-    return f"the SLA query failed: {text}"
+    return f"the SLA query failed: {_root_cause(text)}"
+
+
+# the last line of a Python traceback: "package.module.SomeError: what happened"
+_PYTHON_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+
+
+def _root_cause(text: str) -> str:
+    """One line of what Spark says: a ``foreachBatch`` traceback's own error, else its first.
+
+    Spark's message goes on with the Python traceback (for a failure in the
+    sinks) and the whole query plan; the job's log has all of that already.
+    """
+    head = text.split("=== Streaming Query ===", 1)[0]
+    lines = [line.strip() for line in head.splitlines() if line.strip()]
+    if "Traceback (most recent call last)" in head:
+        errors = [line for line in lines if _PYTHON_ERROR_LINE.match(line)]
+        if errors:
+            return errors[-1]
+    return lines[0] if lines else text
 
 
 def run(

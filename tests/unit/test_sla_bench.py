@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import json
 
-from pipeline.commands.bench_sla import bench_pair, report, run_report, synthetic_results
+from pipeline.commands.bench_sla import (
+    bench_pair,
+    combine_rounds,
+    report,
+    run_order,
+    run_report,
+    synthetic_results,
+)
 from pipeline.messages import TranslationResult
 from pipeline.settings import Settings
 from pipeline.sla import BatchStat, RunSummary
@@ -54,3 +61,34 @@ def test_report_is_json_with_settings_and_the_ratio() -> None:
     assert doc["settings"]["state_store"] == "hdfs"
     assert doc["results"] == 2000
     json.dumps(doc)
+
+
+def test_rounds_alternate_the_order_so_no_configuration_always_runs_first() -> None:
+    order = run_order(["full", "baseline", "without_late"], 3)
+    assert order == [
+        (0, "full"),
+        (0, "baseline"),
+        (0, "without_late"),
+        (1, "without_late"),
+        (1, "baseline"),
+        (1, "full"),
+        (2, "full"),
+        (2, "baseline"),
+        (2, "without_late"),
+    ]
+    assert run_order(["full"], 2) == [(0, "full"), (1, "full")]
+
+
+def test_rounds_combine_into_medians_and_keep_each_round() -> None:
+    settings = Settings()
+    rounds = [
+        run_report(settings, RunSummary((BatchStat(0, 1000, ms), BatchStat(1, 1000, ms)), 8, w), [])
+        for ms, w in ((1000, 10.0), (250, 30.0), (500, 20.0))
+    ]
+    combined = combine_rounds(rounds)
+    assert combined["results_per_s"] == 2000 and combined["warm_results_per_s"] == 2000
+    assert combined["wall_s"] == 20.0 and combined["busy_s"] == 1.0
+    assert combined["rounds"] == rounds
+    assert combined["windows"] == 8
+    even = combine_rounds(rounds[:2])
+    assert even["results_per_s"] == (1000 + 4000) // 2

@@ -30,3 +30,37 @@ def test_other_failures_keep_sparks_words() -> None:
     assert failure_message("[STREAM_FAILED] boom", CHECKPOINT) == (
         "the SLA query failed: [STREAM_FAILED] boom"
     )
+
+
+def test_a_sink_failure_is_its_own_one_line_error_without_traceback_or_plan() -> None:
+    spark_says = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function "
+        "in foreach batch sink. Reason: An exception was raised by the Python Proxy. Return "
+        "Message: Traceback (most recent call last):\n"
+        '  File "/work/jobs/sla.py", line 418, in _read_mark\n'
+        "    offsets = admin.list_group_offsets({self.transactional_id: [holder]})\n"
+        "kafka.errors.CoordinatorNotAvailableError: [Error 15] CoordinatorNotAvailableError: "
+        "FindCoordinatorResponse error for GROUP/babelstream-sla-1\n"
+        "\n=== Streaming Query ===\nIdentifier: babelstream_sla\n"
+        "Current Committed Offsets: {}\n"
+        "Current Plan:\nWriteToMicroBatchDataSourceV1 ForeachBatchSink\n"
+        "+- ~Project [struct(series, ...)]\n"
+        "TypeError: not a traceback line, part of the plan\n"
+    )
+    assert failure_message(spark_says, CHECKPOINT) == (
+        "the SLA query failed: kafka.errors.CoordinatorNotAvailableError: [Error 15] "
+        "CoordinatorNotAvailableError: FindCoordinatorResponse error for GROUP/babelstream-sla-1"
+    )
+
+
+def test_a_jvm_failure_keeps_sparks_first_line_only() -> None:
+    spark_says = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: Failed to construct kafka "
+        "consumer\n\tat org.apache.kafka.clients.consumer.KafkaConsumer.<init>(...)\n"
+        "\n=== Streaming Query ===\nCurrent Plan: ...\n"
+    )
+    assert failure_message(spark_says, CHECKPOINT) == (
+        "the SLA query failed: [STREAM_FAILED] Query [id = 1] terminated with exception: "
+        "Failed to construct kafka consumer"
+    )
