@@ -289,6 +289,7 @@ def set_batching_state(pair: str, state: ControllerState) -> None:
         "queue_delay_seconds": state.queue_delay_s,
         "service_seconds": state.service_s,
         "arrivals_per_second": state.arrivals_per_s,
+        "cost_correction": state.cost_correction,
     }
     for knob, value in values.items():
         BATCHING_KNOB.labels(pair, knob).set(value)

@@ -15,7 +15,10 @@ and plan (:class:`BatchingKnobs`: ``max_wait_s``, ``max_messages``,
   ``latency_share`` of the objective, so P95 stays under it, but never so
   small that serving the observed arrival rate would keep the engine busier
   than ``max_utilisation`` (a batch cap below the arrival rate only grows the
-  queue, which costs more latency than a larger call). Under a backlog (takes come back
+  queue, which costs more latency than a larger call). That floor takes the
+  cost model's estimates times the measured ratio of engine time to them
+  (``cost_correction``): a model measured on a quieter machine, or a busier
+  one now, would otherwise choose batches that cannot keep up. Under a backlog (takes come back
   full, or requests queue longer than the objective, for a few batches in a
   row) it switches to *throughput* mode: the batch size where the engine's
   cost per text stops falling (the cost model's plateau), since queueing then
@@ -46,6 +49,8 @@ from pipeline.engine.costs import CostModel
 
 LATENCY = "latency"
 THROUGHPUT = "throughput"
+# a cost model more than this far off is a model to re-measure, not one to scale
+_MAX_CORRECTION = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,8 @@ class ControllerState:
     typical_tokens: float
     longest_tokens: float
     arrivals_per_s: float = 0.0
+    # measured engine time over the cost model's estimate (1.0: the model is right)
+    cost_correction: float = 1.0
 
 
 class AdaptiveBatching:
@@ -119,6 +126,7 @@ class AdaptiveBatching:
         self._longest = initial_tokens
         self._arrivals_per_s = 0.0
         self._newest_submitted_s: float | None = None
+        self._correction = 1.0
         self._knobs = self._latency_knobs()
 
     @property
@@ -136,6 +144,7 @@ class AdaptiveBatching:
             self._tokens,
             self._longest,
             self._arrivals_per_s,
+            self._correction,
         )
 
     def observe_batch(
@@ -148,6 +157,7 @@ class AdaptiveBatching:
         mean_tokens: float,
         longest_tokens: float,
         newest_submitted_s: float | None = None,
+        estimated_s: float | None = None,
     ) -> BatchingKnobs:
         """One micro-batch done: update the estimates, maybe switch mode, return new knobs.
 
@@ -156,10 +166,15 @@ class AdaptiveBatching:
         (more was waiting); ``service_s`` the engine time of the batch;
         ``newest_submitted_s`` when its newest request was submitted (any
         clock, the same for every batch): ``size`` requests arrived since the
-        previous batch's newest, which gives the arrival rate.
+        previous batch's newest, which gives the arrival rate;
+        ``estimated_s`` what the cost model said the batch's engine calls
+        would take: ``service_s`` over it corrects every later estimate.
         """
         a = self._alpha
         self._observe_arrivals(size, newest_submitted_s)
+        if estimated_s is not None and estimated_s > 0 and service_s > 0:
+            ratio = min(_MAX_CORRECTION, max(1 / _MAX_CORRECTION, service_s / estimated_s))
+            self._correction += a * (ratio - self._correction)
         self._queue_s += a * (queue_delay_s - self._queue_s)
         self._service_s += a * (service_s - self._service_s)
         if size > 0 and mean_tokens > 0:
@@ -211,8 +226,14 @@ class AdaptiveBatching:
         n = limits.min_messages
         while n < limits.max_messages and self.cost.seconds(n + 1, longest) <= allowed:
             n += 1
+        # keeping up is judged by the engine's measured speed; the share above stays
+        # the model's, since smaller calls on a slow engine only queue more (the
+        # outer loop tunes the share from the measured P95 instead)
         needed_per_s = self._arrivals_per_s / limits.max_utilisation
-        while n < limits.max_messages and n / self.cost.seconds(n, longest) < needed_per_s:
+        while (
+            n < limits.max_messages
+            and n / (self.cost.seconds(n, longest) * self._correction) < needed_per_s
+        ):
             n += 1
         return BatchingKnobs(self.limits.min_wait_s, n, self._budget(n))
 

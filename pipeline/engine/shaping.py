@@ -81,6 +81,8 @@ class BatchShaper:
         """
         if self.controller is None or not submitted_ms:
             return
+        # what the planner expected of these calls (same knobs: they change below)
+        estimated_s = self.batcher().plan(lengths).estimated_s if lengths else None
         self.controller.observe_batch(
             size=taken,
             full=taken >= self.knobs.max_messages,
@@ -89,6 +91,7 @@ class BatchShaper:
             mean_tokens=sum(lengths) / len(lengths) if lengths else 0.0,
             longest_tokens=max(lengths, default=0),
             newest_submitted_s=max(submitted_ms) / 1000,
+            estimated_s=estimated_s,
         )
         metrics.set_batching_state(self.pair.id, self.controller.state)
 

@@ -58,7 +58,12 @@ def simulate(
     load: list[tuple[float, int]],
     controller: AdaptiveBatching | None,
     static: BatchingKnobs | None = None,
+    *,
+    slowdown: float = 1.0,
+    report_estimates: bool = True,
 ) -> Run:
+    """``slowdown``: the engine takes that many times the cost model's estimate;
+    ``report_estimates``: the controller is told the estimate of each batch."""
     knobs = controller.knobs if controller else static
     assert knobs is not None
     pending = deque(load)
@@ -84,7 +89,7 @@ def simulate(
         batch = [queue.popleft() for _ in range(min(knobs.max_messages, len(queue)))]
         lengths = [n for _, n in batch]
         plan = TokenBudgetBatcher(knobs.token_budget, cost=COST).plan(lengths)
-        service = plan.estimated_s
+        service = plan.estimated_s * slowdown
         done = start + service
         latencies += [done - arrived for arrived, _ in batch]
         now = done
@@ -97,6 +102,7 @@ def simulate(
                 mean_tokens=sum(lengths) / len(lengths),
                 longest_tokens=max(lengths),
                 newest_submitted_s=batch[-1][0],
+                estimated_s=plan.estimated_s if report_estimates else None,
             )
             modes.append(controller.state.mode)
     span = max(now, load[-1][0]) - load[0][0]
@@ -200,3 +206,35 @@ def test_latency_batches_keep_up_with_the_arrival_rate() -> None:
     n = knobs.max_messages
     assert n > share_only, "the share of the objective alone would not keep up"
     assert n / COST.seconds(n, longest) >= 60 / 0.8 > (n - 1) / COST.seconds(n - 1, longest)
+
+
+def test_the_arrival_floor_keeps_up_with_an_engine_slower_than_its_model() -> None:
+    # the cost model came from a quieter machine: every call takes 1.5x its estimate
+    load = arrivals(rate=30, seconds=60, seed=2)
+    controller = adaptive()
+    corrected = simulate(load, controller, slowdown=1.5)
+    blind = simulate(load, adaptive(), slowdown=1.5, report_estimates=False)
+    assert controller.state.cost_correction == pytest.approx(1.5, rel=0.01)
+    assert corrected.p95_ms < 0.9 * blind.p95_ms
+    # a model that is right needs no correction, and the same load gives the same run
+    calibrated = adaptive()
+    assert (
+        simulate(load, calibrated).p95_ms
+        == simulate(load, adaptive(), report_estimates=False).p95_ms
+    )
+    assert calibrated.state.cost_correction == pytest.approx(1.0)
+
+
+def test_the_cost_correction_is_bounded() -> None:
+    controller = adaptive()
+    for _ in range(50):
+        controller.observe_batch(
+            size=4,
+            full=False,
+            queue_delay_s=0.0,
+            service_s=10.0,
+            mean_tokens=30,
+            longest_tokens=30,
+            estimated_s=0.1,
+        )
+    assert controller.state.cost_correction == pytest.approx(4.0)
