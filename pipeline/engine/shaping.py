@@ -73,16 +73,16 @@ class BatchShaper:
         taken: int,
         service_s: float,
         lengths: Sequence[int],
+        estimated_s: float | None = None,
     ) -> None:
         """One micro-batch done: ``taken`` messages, the first started at ``started_ms``.
 
         ``submitted_ms`` are its requests' submission times, ``lengths`` the
-        token counts of what reached the engine, ``service_s`` the engine time.
+        token counts of what reached the engine, ``service_s`` the engine time,
+        ``estimated_s`` what the planner's cost model expected of those calls.
         """
         if self.controller is None or not submitted_ms:
             return
-        # what the planner expected of these calls (same knobs: they change below)
-        estimated_s = self.batcher().plan(lengths).estimated_s if lengths else None
         self.controller.observe_batch(
             size=taken,
             full=taken >= self.knobs.max_messages,

@@ -139,6 +139,9 @@ class BatchStats:
     padding_ratio: float = 0.0
     # time inside the engine and the tokens it read / wrote (for tokens/s)
     engine_seconds: float = 0.0
+    # what the planner's cost model expected those calls to take (adaptive batching
+    # corrects its estimates by engine_seconds over this)
+    engine_estimated_s: float = 0.0
     engine_input_tokens: int = 0
     engine_output_tokens: int = 0
     attempts: int = 1

@@ -104,6 +104,7 @@ class EngineRunner:
         prepared = await self._lane.prepare(texts, pair)
         plan = await self._lane.plan(prepared, self._planner(pair))
         stats.padding_ratio = plan.padding_ratio
+        stats.engine_estimated_s += plan.estimated_s
         outcomes = await self._lane.run_plan(prepared, plan, pair, self._through)
         out: list[Translation | Rejected | None] = [None] * len(texts)
         for outcome in outcomes:
@@ -191,6 +192,7 @@ class EngineRunner:
             taken=batch.stats.size,
             service_s=batch.stats.engine_seconds,
             lengths=lengths,
+            estimated_s=batch.stats.engine_estimated_s,
         )
 
     async def _check_canary(self, pair: Pair) -> None:

@@ -79,3 +79,18 @@ def test_static_shaper_ignores_observations():
     shaper.observe(submitted_ms=[0], started_ms=10_000, taken=64, service_s=5, lengths=[10])
     shaper.add(_window("en_de", 10_000))
     assert shaper.knobs == before
+
+
+def test_adaptive_shaper_hands_the_plans_estimate_to_the_controller():
+    shaper = BatchShaper(_settings(adaptive=True), PAIR, COST, bulk=False)
+    assert shaper.controller is not None
+    for _ in range(30):  # every call took twice what the planner expected
+        shaper.observe(
+            submitted_ms=[0],
+            started_ms=5,
+            taken=1,
+            service_s=0.2,
+            lengths=[30],
+            estimated_s=0.1,
+        )
+    assert shaper.controller.state.cost_correction > 1.9

@@ -62,6 +62,8 @@ def test_calls_are_cut_by_the_translators_measured_costs():
     )
     assert sorted(len(c) for c in cheap_calls.calls) == [1, 3]  # the long text alone
     assert stats.engine_batches and stats.padding_ratio == 0.0
+    # the plan's own estimate, which adaptive batching sets against the engine time
+    assert stats.engine_estimated_s == pytest.approx((0.001 + 0.4) + (0.001 + 0.06))
 
     dear_calls = CostedTranslator(CostModel(per_call_s=10.0, per_step_s=0.0, per_token_s=0.01))
     _run(
