@@ -391,13 +391,9 @@ def sla(
     try:
         load_s, sent = preload(settings, results_topic, count, pairs, rate, duplicates)
         backlog = Backlog(results_topic, count, pairs, rate, sent)
+        job_knobs = {"max_offsets_per_trigger": max_offsets_per_trigger, **knobs}
         for label, name in plan:
-            overrides = {
-                "max_offsets_per_trigger": max_offsets_per_trigger,
-                **knobs,
-                **CONFIGS[name][0],
-            }
-            figures = _run_once(settings, backlog, sinks[label], name, overrides)
+            figures = _run_once(settings, backlog, sinks[label], name, job_knobs)
             if label == "warmup":
                 warmup_run = {"config": name, **figures}
             else:
@@ -442,11 +438,12 @@ class Backlog:
 
 
 def _run_once(
-    settings: Settings, backlog: Backlog, sink: str, name: str, overrides: dict[str, Any]
+    settings: Settings, backlog: Backlog, sink: str, name: str, knobs: dict[str, Any]
 ) -> dict[str, Any]:
-    """One run of the job over the backlog, in configuration ``name``; its figures."""
+    """One run of the job over the backlog, in configuration ``name`` with ``knobs``."""
     from jobs.sla import run
 
+    overrides, late_rows = CONFIGS[name]
     ticks = ClosingTicks(
         settings, f"{sink}.ticks", backlog.count, backlog.pairs, backlog.rate, backlog.sent
     )
@@ -462,6 +459,7 @@ def _run_once(
                 "history_dir": Path(work) / "history",
                 "late_history_dir": Path(work) / "late",
                 "starting_offsets": "earliest",
+                **knobs,
                 **overrides,
             }
         )
@@ -477,7 +475,7 @@ def _run_once(
             summary = run(
                 job_settings,
                 until_idle_s=max(5.0, 4 * sla_settings.trigger_s),
-                late_rows=CONFIGS[name][1],
+                late_rows=late_rows,
                 on_input=on_input,
             )
     figures = run_report(job_settings, summary, read_windows(settings, sink))

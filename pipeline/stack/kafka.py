@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import itertools
 import re
 import shutil
 import subprocess
@@ -107,12 +106,14 @@ def cluster_id(seed: str) -> str:
     # Kafka's own Uuid.randomUuid() redraws an id that starts with '-', which
     # kafka-storage's argument parser reads as an option; redraw the same way,
     # deterministically, by salting the seed.
-    for salt in itertools.count():
-        digest = uuid.uuid5(uuid.NAMESPACE_URL, f"babelstream:{seed}" + f"#{salt}" * bool(salt))
+    salt = 0
+    while True:
+        name = f"babelstream:{seed}" + (f"#{salt}" if salt else "")
+        digest = uuid.uuid5(uuid.NAMESPACE_URL, name)
         encoded = base64.urlsafe_b64encode(digest.bytes).rstrip(b"=").decode()
         if not encoded.startswith("-"):
             return encoded
-    raise AssertionError("unreachable")  # itertools.count() never ends
+        salt += 1
 
 
 class KafkaService(Service):
