@@ -547,7 +547,7 @@ class BatchingSettings(_Section):
     # With fair share, a lone tenant's round is its oldest held request and the ones
     # nearest to it in length among its next sort_window held requests, so engine calls
     # pad little (a request may overtake older ones of its tenant); 1: oldest first
-    sort_window: int = Field(512, ge=1)
+    sort_window: int = Field(1024, ge=1)
     # bulk calls are cut so each is estimated to run at most this long: a running
     # call cannot be pre-empted, so this bounds how long interactive work waits
     bulk_max_call_s: float = Field(0.05, gt=0)

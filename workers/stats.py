@@ -21,7 +21,9 @@ class WorkerStats:
     engine_texts: int = 0
     # wall time of engine calls: over a run's duration, how busy the engine was
     engine_seconds: float = 0.0
-    padded_tokens_weighted: float = 0.0
+    # the engine calls' padded tokens (texts padded to each call's longest) and pad among them
+    padded_tokens: int = 0
+    pad_tokens: int = 0
     dead_letters: int = 0
     retried_attempts: int = 0
 
@@ -38,7 +40,8 @@ class WorkerStats:
             self.engine_batch_sizes[size] += 1
         self.engine_texts += batch.engine_texts
         self.engine_seconds += batch.engine_seconds
-        self.padded_tokens_weighted += batch.padding_ratio * batch.engine_texts
+        self.padded_tokens += batch.padded_tokens
+        self.pad_tokens += batch.pad_tokens
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -51,7 +54,7 @@ class WorkerStats:
             "engine_seconds": round(self.engine_seconds, 3),
             "dead_letters": self.dead_letters,
             "retried_attempts": self.retried_attempts,
-            "padding_ratio": (
-                self.padded_tokens_weighted / self.engine_texts if self.engine_texts else 0.0
-            ),
+            "padded_tokens": self.padded_tokens,
+            "pad_tokens": self.pad_tokens,
+            "padding_ratio": self.pad_tokens / self.padded_tokens if self.padded_tokens else 0.0,
         }

@@ -52,13 +52,11 @@ def stats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         delta = {k: v - before[key].get(k, 0) for k, v in after[key].items()}
         return {k: v for k, v in delta.items() if v}
 
-    texts = after["engine_texts"] - before["engine_texts"]
-    padded = (
-        after["padding_ratio"] * after["engine_texts"]
-        - before["padding_ratio"] * before["engine_texts"]
-    )
+    padded = after["padded_tokens"] - before["padded_tokens"]
+    pad = after["pad_tokens"] - before["pad_tokens"]
     return {
-        "padding_ratio": round(padded / texts, 4) if texts else 0.0,
+        # as the engine ceiling counts it: pad tokens over all padded tokens of the calls
+        "padding_ratio": round(pad / padded, 4) if padded else 0.0,
         "engine_batch_sizes": counts("engine_batch_sizes"),
         "take_sizes": counts("take_sizes"),
         "engine_seconds": round(after["engine_seconds"] - before["engine_seconds"], 3),

@@ -136,7 +136,9 @@ class BatchStats:
     dead_letters: int = 0
     engine_texts: int = 0
     engine_batches: list[int] = field(default_factory=list)
-    padding_ratio: float = 0.0
+    # the planned calls' tokens: every call pads its texts to its longest one
+    padded_tokens: int = 0
+    pad_tokens: int = 0
     # time inside the engine and the tokens it read / wrote (for tokens/s)
     engine_seconds: float = 0.0
     # what the planner's cost model expected those calls to take (adaptive batching
@@ -145,6 +147,11 @@ class BatchStats:
     engine_input_tokens: int = 0
     engine_output_tokens: int = 0
     attempts: int = 1
+
+    @property
+    def padding_ratio(self) -> float:
+        """Pad tokens / padded tokens of this micro-batch's planned calls; 0.0 without any."""
+        return self.pad_tokens / self.padded_tokens if self.padded_tokens else 0.0
 
 
 @dataclass

@@ -103,7 +103,8 @@ class EngineRunner:
         """One outcome per text, in order; raises TransientError when the engine is at fault."""
         prepared = await self._lane.prepare(texts, pair)
         plan = await self._lane.plan(prepared, self._planner(pair))
-        stats.padding_ratio = plan.padding_ratio
+        stats.padded_tokens += plan.padded_tokens
+        stats.pad_tokens += plan.pad_tokens
         stats.engine_estimated_s += plan.estimated_s
         outcomes = await self._lane.run_plan(prepared, plan, pair, self._through)
         out: list[Translation | Rejected | None] = [None] * len(texts)

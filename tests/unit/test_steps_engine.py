@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
+from pipeline.bench.e2e import stats_delta
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
 from pipeline.engine.shaping import BatchShaper
@@ -20,6 +21,7 @@ from pipeline.settings import load_settings
 from pipeline.steps.base import Batch, BatchStats, Item, Record
 from pipeline.steps.engine import EngineRunner, Translate
 from pipeline.steps.fidelity import TranslateFaithfully
+from workers.stats import WorkerStats
 
 PAIR = Pair("en", "de")
 
@@ -52,6 +54,23 @@ def _run(runner: EngineRunner, texts: list[str]) -> BatchStats:
     out = asyncio.run(runner.run(texts, PAIR, stats))
     assert [t.text for t in out] == texts  # type: ignore[union-attr]
     return stats
+
+
+def test_padding_is_counted_in_tokens_across_micro_batches():
+    # One call per micro-batch (calls dear): a short text padded to a long one, then
+    # two equal texts. Padding is pad tokens over padded tokens, as the engine
+    # ceiling counts it, not an average of the micro-batches' ratios.
+    dear_calls = CostedTranslator(CostModel(per_call_s=10.0, per_step_s=0.0, per_token_s=0.01))
+    runner = EngineRunner(dear_calls, TokenBudgetBatcher(4096), PriorityGate())
+    mixed, even = _run(runner, [SHORT, LONG]), _run(runner, [SHORT, SHORT])
+    assert (mixed.padded_tokens, mixed.pad_tokens) == (80, 38)
+    assert (even.padded_tokens, even.pad_tokens) == (4, 0)
+    totals = WorkerStats()
+    totals.record(mixed)
+    totals.record(even)
+    snapshot = totals.snapshot()
+    assert snapshot["padding_ratio"] == pytest.approx(38 / 84)
+    assert stats_delta(WorkerStats().snapshot(), snapshot)["padding_ratio"] == round(38 / 84, 4)
 
 
 def test_calls_are_cut_by_the_translators_measured_costs():
