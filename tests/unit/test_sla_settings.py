@@ -20,7 +20,7 @@ def test_defaults() -> None:
     assert (sla.window_s, sla.slide_s, sla.watermark_s) == (5.0, None, 30.0)
     assert sla.threshold_ms("en_de") == 5000
     assert sla.sinks == ("kafka", "parquet", "console")
-    assert sla.master == "local[2]" and sla.shuffle_partitions == 2
+    assert sla.master == "local[2]" and sla.shuffle_partitions == 1
 
 
 def test_thresholds_per_pair() -> None:
