@@ -190,6 +190,8 @@ CONFIGS: dict[str, tuple[dict[str, Any], bool]] = {
     "without_sketch": ({"sketch_k": None}, True),
 }
 DEFAULT_CONFIGS = ("full", "baseline")
+# every run writes where the dashboard and `sla report` read (no console)
+RUN_SINKS = ("kafka", "parquet")
 
 
 def run_report(settings: Settings, summary: RunSummary, windows: list[SlaWindow]) -> dict[str, Any]:
@@ -269,7 +271,7 @@ def report(
                 "state_store",
             )
         }
-        | {"sinks": list(sla.sinks), "partitions": settings.kafka.results_partitions},
+        | {"sinks": list(RUN_SINKS), "partitions": settings.kafka.results_partitions},
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
     }
@@ -381,7 +383,8 @@ def sla(
             for name in created
         },
     )
-    knobs = {
+    # what every run sets on top of the settings (the report's settings block says them too)
+    knobs: dict[str, Any] = {"max_offsets_per_trigger": max_offsets_per_trigger} | {
         key: value
         for key, value in (("shuffle_partitions", shuffle_partitions), ("state_store", state_store))
         if value is not None
@@ -391,9 +394,8 @@ def sla(
     try:
         load_s, sent = preload(settings, results_topic, count, pairs, rate, duplicates)
         backlog = Backlog(results_topic, count, pairs, rate, sent)
-        job_knobs = {"max_offsets_per_trigger": max_offsets_per_trigger, **knobs}
         for label, name in plan:
-            figures = _run_once(settings, backlog, sinks[label], name, job_knobs)
+            figures = _run_once(settings, backlog, sinks[label], name, knobs)
             if label == "warmup":
                 warmup_run = {"config": name, **figures}
             else:
@@ -454,7 +456,7 @@ def _run_once(
                 "ticks_topic": f"{sink}.ticks",
                 "sink_topic": sink,
                 "late_topic": f"{sink}.late",
-                "sinks": ("kafka", "parquet"),
+                "sinks": RUN_SINKS,
                 "checkpoint_dir": Path(work) / "checkpoint",
                 "history_dir": Path(work) / "history",
                 "late_history_dir": Path(work) / "late",
