@@ -148,11 +148,6 @@ class BatchStats:
     engine_output_tokens: int = 0
     attempts: int = 1
 
-    @property
-    def padding_ratio(self) -> float:
-        """Pad tokens / padded tokens of this micro-batch's planned calls; 0.0 without any."""
-        return self.pad_tokens / self.padded_tokens if self.padded_tokens else 0.0
-
 
 @dataclass
 class Batch:

@@ -80,7 +80,7 @@ def test_calls_are_cut_by_the_translators_measured_costs():
         [SHORT, LONG, SHORT, SHORT],
     )
     assert sorted(len(c) for c in cheap_calls.calls) == [1, 3]  # the long text alone
-    assert stats.engine_batches and stats.padding_ratio == 0.0
+    assert stats.engine_batches and stats.padded_tokens and stats.pad_tokens == 0
     # the plan's own estimate, which adaptive batching sets against the engine time
     assert stats.engine_estimated_s == pytest.approx((0.001 + 0.4) + (0.001 + 0.06))
 
