@@ -55,3 +55,22 @@ def test_other_close_errors_still_reach_the_log(caplog: pytest.LogCaptureFixture
     caplog.set_level(logging.WARNING)
     _log_close_error(ValueError("something else went wrong"))
     assert [r.levelno for r in caplog.records] == [logging.ERROR]
+
+
+def _log_metadata_failure(error: BaseException) -> None:
+    logging.getLogger("kafka.cluster").error("Metadata refresh: failed %s", error)
+
+
+def test_a_refresh_on_a_closing_connection_is_demoted(caplog: pytest.LogCaptureFixture) -> None:
+    quiet_client_noise()
+    caplog.set_level(logging.WARNING)
+    _log_metadata_failure(RuntimeError("Transport closed for writes"))
+    assert caplog.records == []
+
+
+def test_other_metadata_failures_still_reach_the_log(caplog: pytest.LogCaptureFixture) -> None:
+    quiet_client_noise()
+    caplog.set_level(logging.WARNING)
+    _log_metadata_failure(RuntimeError("something else went wrong"))
+    _log_metadata_failure(TimeoutError("Transport closed for writes"))
+    assert [r.levelno for r in caplog.records] == [logging.ERROR, logging.ERROR]
