@@ -226,6 +226,10 @@ class EngineSettings(_Section):
 class WorkerSettings(_Section):
     max_messages: int = Field(64, ge=1)
     max_wait_s: float = Field(0.02, gt=0)
+    # micro-batches of one agent in flight: the next starts once the last is done with
+    # the engine, so its lookups and engine calls overlap the last one's publishing
+    # (workers/inflight.py); 1: one at a time, start to end
+    batches_in_flight: int = Field(2, ge=1)
     token_budget: int = Field(4096, ge=1)
     # Bulk batches are kept small: a running engine call is never interrupted,
     # so their size bounds how long interactive work waits behind bulk work.

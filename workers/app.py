@@ -59,6 +59,7 @@ from workers.faust_adapter import (
     tp_of,
     use_idempotent_producer,
 )
+from workers.inflight import HandOffHook, InFlight
 from workers.offsets import OffsetKeeper
 from workers.producer import FaustProducer
 from workers.stats import WorkerStats
@@ -120,17 +121,6 @@ class WorkerShell:
         """Assigned partitions of the topics the agents consume."""
         return sorted(tp for tp in assigned_partitions(self.app) if tp.topic in self.sources)
 
-    async def handle(
-        self,
-        events: Sequence[Any],
-        runner: BatchRunner,
-        window: FaustDedupWindow | None = None,
-        batch_size: Callable[[], int] | None = None,
-    ) -> None:
-        """Admit, process, publish and mark done what one agent took."""
-        admitted, tickets = await self.admit(events)
-        await self.process(admitted, tickets, runner, window, batch_size)
-
     async def admit(self, events: Sequence[Any]) -> tuple[list[Any], list[Ticket]]:
         """The fetched events to process, in order (through the offset book), and tickets."""
         if self.draining:
@@ -153,11 +143,13 @@ class WorkerShell:
         runner: BatchRunner,
         window: FaustDedupWindow | None = None,
         batch_size: Callable[[], int] | None = None,
+        on_hand_off: HandOffHook | None = None,
     ) -> None:
         """Run admitted events through the steps, a micro-batch at a time.
 
         ``batch_size`` (the batch shaper's current size) cuts a large take into
-        micro-batches, each marked done (committable) as soon as it is published.
+        micro-batches, each marked done (committable) as soon as it is published;
+        ``on_hand_off`` is called when the last of them is done with the engine.
         """
         while admitted:
             if self.draining:
@@ -165,7 +157,10 @@ class WorkerShell:
             if not await self._member_of(tickets[0].epoch):
                 return  # the partitions moved: their new owner reads these records again
             size = max(1, batch_size()) if batch_size is not None else len(admitted)
-            await self._process(admitted[:size], tickets[:size], runner, window)
+            last = size >= len(admitted)
+            await self._process(
+                admitted[:size], tickets[:size], runner, window, on_hand_off if last else None
+            )
             admitted, tickets = admitted[size:], tickets[size:]
 
     async def _member_of(self, epoch: int) -> bool:
@@ -193,6 +188,7 @@ class WorkerShell:
         tickets: list[Ticket],
         runner: BatchRunner,
         window: FaustDedupWindow | None,
+        on_hand_off: HandOffHook | None,
     ) -> None:
         if window is not None:
             window.bind(admitted)
@@ -206,11 +202,17 @@ class WorkerShell:
 
         self._enter()
         try:
-            await runner.run([record_of(e) for e in admitted], on_retry=pause_while_retrying)
+            await runner.run(
+                [record_of(e) for e in admitted],
+                on_retry=pause_while_retrying,
+                on_hand_off=on_hand_off,
+            )
         except RetryBudgetExhausted as exc:
             await self._fatal(exc)
         finally:
             self._leave()
+            if window is not None:
+                window.unbind(admitted)
             if paused and not self.app.rebalancing:
                 self.app.consumer.resume_partitions(paused)
         self.offsets.done(tickets)
@@ -389,7 +391,7 @@ def _add_pair_agents(
         # the batch shape: static, or adaptive (interactive); bulk calls bounded in time
         shaper = BatchShaper(s, entry.pair, cost, bulk=priority == BULK)
         shell.shapers[topic_name] = shaper
-        # One window adapter per agent: each binds its own batch's events (same table).
+        # One window adapter per agent: it binds the events of its batches in flight (same table).
         window = FaustDedupWindow(table, w.dedup_window_s)
         engine = EngineRunner(
             entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority, shaper=shaper
@@ -446,10 +448,17 @@ def _plain_agent(
     batch_size: Callable[[], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """First come, first served: each fetched micro-batch runs as it is."""
+    depth = shell.ctx.settings.worker.batches_in_flight
 
     async def consume(stream: StreamT[Any]) -> None:
-        async for events in micro_batches(stream, take, wait_s):
-            await shell.handle(events, runner, window, batch_size)
+        async with asyncio.TaskGroup() as group:
+            in_flight = InFlight(depth, group)
+            async for events in micro_batches(stream, take, wait_s):
+                await in_flight.ready()
+                admitted, tickets = await shell.admit(events)
+                in_flight.launch(
+                    functools.partial(shell.process, admitted, tickets, runner, window, batch_size)
+                )
 
     return consume
 
@@ -535,23 +544,45 @@ async def _serve_rounds(
     pace: RoundPace,
 ) -> None:
     seen: set[str] = set()
-    while True:
-        chosen = await rounds.next_round(pace.max_chars())
-        # only a round that was cut (work stayed held) shows a full round's pace: one that
-        # took everything held was smaller, and per text a smaller batch is slower
-        cut = len(rounds) > 0
-        current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
-        if current:
-            started = time.monotonic()
-            await shell.process(
-                [h.event for h in current], [h.ticket for h in current], runner, window, batch_size
-            )
-            if cut:
+
+    async def run_round(current: list[Held], cut: bool, hand_off: HandOffHook) -> None:
+        started = time.monotonic()
+        paced = False
+
+        def handed_off() -> None:
+            # a round's pace is its time to the engine's hand-off: the next round's start
+            nonlocal paced
+            if cut and not paced:
+                paced = True
                 pace.observe(sum(h.chars for h in current), time.monotonic() - started)
-            metrics.set_fair_share_round_limit(topic, pace.max_chars())
-        held = rounds.held_by_tenant()
-        metrics.set_fair_share_held(topic, held, seen)
-        seen.update(held)
+            hand_off()
+
+        await shell.process(
+            [h.event for h in current],
+            [h.ticket for h in current],
+            runner,
+            window,
+            batch_size,
+            handed_off,
+        )
+
+    async with asyncio.TaskGroup() as group:
+        in_flight = InFlight(shell.ctx.settings.worker.batches_in_flight, group)
+        while True:
+            # choose the round only when it may start: as late as possible, for fairness
+            await in_flight.ready()
+            limit = pace.max_chars()
+            chosen = await rounds.next_round(limit)
+            metrics.set_fair_share_round_limit(topic, limit)
+            # only a round that was cut (work stayed held) shows a full round's pace: one
+            # that took everything held was smaller, and per text a smaller batch is slower
+            cut = len(rounds) > 0
+            current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
+            if current:
+                in_flight.launch(functools.partial(run_round, current, cut))
+            held = rounds.held_by_tenant()
+            metrics.set_fair_share_held(topic, held, seen)
+            seen.update(held)
 
 
 def _add_controls(app: faust.App, controls: Controls, *, with_agents: bool) -> None:

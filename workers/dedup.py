@@ -27,8 +27,13 @@ class FaustDedupWindow:
         self._events: dict[tuple[int, int], Event] = {}
 
     def bind(self, events: Iterable[Event]) -> None:
-        """The events of the batch about to be processed, by (partition, offset)."""
-        self._events = {(e.message.partition, e.message.offset): e for e in events}
+        """Add the events of a batch about to be processed (an agent may run two at once)."""
+        self._events.update({(e.message.partition, e.message.offset): e for e in events})
+
+    def unbind(self, events: Iterable[Event]) -> None:
+        """Forget the events of a batch that is through."""
+        for e in events:
+            self._events.pop((e.message.partition, e.message.offset), None)
 
     def _event(self, item: Item) -> Event:
         return self._events[(item.record.partition, item.record.offset)]

@@ -164,6 +164,9 @@ class Batch:
     outgoing: list[Outgoing] = field(default_factory=list)
     # a span for the whole batch (linked to every request), set by the tracing step
     span: Span | None = None
+    # called by the hand-off step once the batch no longer needs the engine: its agent may
+    # start the next micro-batch while this one stores and publishes (set by the runner)
+    hand_off: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock()

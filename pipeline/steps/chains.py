@@ -15,6 +15,7 @@ from pipeline.steps.dedup import InBatchDedup
 from pipeline.steps.emit import Emit
 from pipeline.steps.engine import EngineRunner, Translate
 from pipeline.steps.fidelity import ApplyGlossary, TranslateFaithfully
+from pipeline.steps.handoff import HandOff
 from pipeline.steps.observe import Observe, StatsSink
 from pipeline.steps.publish import Producer, Publish
 from pipeline.steps.quota import QuotaCheck, Quotas
@@ -43,8 +44,10 @@ def translation_steps(
     """A translation agent's micro-batch: one result (or dead letter) per record.
 
     Cancelled requests and those over their tenant's quota are answered before
-    any lookup. With ``fidelity``, glossaries key the digest before any lookup and the
-    engine step keeps markup, placeholders and terms (``pipeline.fidelity``).
+    any lookup. Past the engine the batch hands off: the agent's next one may
+    start while this one stores and publishes. With ``fidelity``, glossaries key
+    the digest before any lookup and the engine step keeps markup, placeholders
+    and terms (``pipeline.fidelity``).
     """
     return [
         Decode(limits),
@@ -57,6 +60,7 @@ def translation_steps(
         WindowLookup(window),
         CacheLookup(cache),
         TranslateFaithfully(engine, fidelity) if fidelity else Translate(engine),
+        HandOff(),
         Store(cache, window),
         Resolve(),
         Emit(),

@@ -60,11 +60,18 @@ class BatchRunner:
         self._policy = policy
         self._name = name
 
-    async def run(self, records: list[Record], on_retry: RetryHook | None = None) -> Batch:
+    async def run(
+        self,
+        records: list[Record],
+        on_retry: RetryHook | None = None,
+        on_hand_off: Callable[[], None] | None = None,
+    ) -> Batch:
         """The finished batch (everything published); raises RetryBudgetExhausted.
 
         ``on_retry`` runs before each backoff sleep (the caller pauses its
-        partitions there).
+        partitions there); ``on_hand_off`` when an attempt is done with the
+        engine (:class:`~pipeline.steps.handoff.HandOff`), once per attempt
+        that gets that far.
         """
 
         async def before_sleep(state: RetryCallState) -> None:
@@ -85,6 +92,8 @@ class BatchRunner:
                 with attempt:
                     batch = self._make_batch(records)
                     batch.stats.attempts = attempt.retry_state.attempt_number
+                    if on_hand_off is not None:
+                        batch.hand_off = on_hand_off
                     await self._through_steps(batch)
                     return batch
         except RetryError as exc:

@@ -131,3 +131,26 @@ def test_a_failed_publish_is_retried_and_published_once_it_works() -> None:
         assert result.status == "ok"
 
     asyncio.run(scenario())
+
+
+def test_a_batch_hands_off_once_translated_before_anything_is_published() -> None:
+    backend = FakeBackend()
+    harness = Harness(backend)
+    seen: list[tuple[int, int]] = []  # (engine calls, records published) at each hand-off
+    backend.producer.fail = True  # the first attempt fails to publish, after its hand-off
+
+    def hand_off() -> None:
+        seen.append((len(harness.translator.calls), len(backend.producer.sent)))
+
+    async def heal(_exc: BaseException, _sleep: float) -> None:
+        backend.producer.fail = False
+
+    async def scenario() -> None:
+        records = harness.records([harness.request(0, "hello"), harness.request(1, "bye")])
+        await harness.runner.run(records, on_retry=heal, on_hand_off=hand_off)
+
+    asyncio.run(scenario())
+    # each attempt hands off after the engine step and before its publish; the retry's
+    # engine step found both translations stored by the first attempt (one call in all)
+    assert seen == [(1, 0), (1, 0)]
+    assert len(backend.producer.sent) == 2
