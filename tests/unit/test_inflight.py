@@ -41,14 +41,19 @@ async def _ready_now(in_flight: InFlight) -> bool:
     return ready
 
 
+async def _start(in_flight: InFlight, script: Script, name: str, *, fail: bool = False) -> None:
+    """Start batch ``name`` once it may start, and let it run up to its wait."""
+    await in_flight.ready()
+    in_flight.launch(script.batch(name, fail=fail))
+    await asyncio.sleep(0)
+
+
 def test_the_next_batch_starts_at_the_last_ones_hand_off_not_its_end() -> None:
     async def scenario() -> None:
         script = Script()
         async with asyncio.TaskGroup() as group:
             in_flight = InFlight(2, group)
-            await in_flight.ready()
-            in_flight.launch(script.batch("a"))
-            await asyncio.sleep(0)
+            await _start(in_flight, script, "a")
             assert not await _ready_now(in_flight), "a is still in the engine"
             script.hand_off["a"]()
             assert await _ready_now(in_flight), "a handed off: b may start while a publishes"
@@ -71,9 +76,7 @@ def test_no_more_than_depth_batches_are_in_flight() -> None:
         async with asyncio.TaskGroup() as group:
             in_flight = InFlight(2, group)
             for name in ("a", "b"):
-                await in_flight.ready()
-                in_flight.launch(script.batch(name))
-                await asyncio.sleep(0)
+                await _start(in_flight, script, name)
                 script.hand_off[name]()  # both handed off, both still publishing
             assert not await _ready_now(in_flight), "two in flight: a third waits for a slot"
             with pytest.raises(RuntimeError, match="before ready"):
@@ -90,9 +93,7 @@ def test_depth_one_runs_batches_start_to_end() -> None:
         script = Script()
         async with asyncio.TaskGroup() as group:
             in_flight = InFlight(1, group)
-            await in_flight.ready()
-            in_flight.launch(script.batch("a"))
-            await asyncio.sleep(0)
+            await _start(in_flight, script, "a")
             script.hand_off["a"]()
             assert not await _ready_now(in_flight), "depth 1: the hand-off frees no slot"
             script.finish["a"].set()
@@ -106,9 +107,7 @@ def test_a_batch_that_ends_without_handing_off_releases_the_next() -> None:
         script = Script()
         async with asyncio.TaskGroup() as group:
             in_flight = InFlight(2, group)
-            await in_flight.ready()
-            in_flight.launch(script.batch("a"))
-            await asyncio.sleep(0)
+            await _start(in_flight, script, "a")
             script.finish["a"].set()  # e.g. its partitions moved before the engine
             assert await _ready_now(in_flight)
 
@@ -120,9 +119,7 @@ def test_a_failing_batch_fails_the_agent() -> None:
         script = Script()
         async with asyncio.TaskGroup() as group:
             in_flight = InFlight(2, group)
-            await in_flight.ready()
-            in_flight.launch(script.batch("a", fail=True))
-            await asyncio.sleep(0)
+            await _start(in_flight, script, "a", fail=True)
             script.finish["a"].set()
             await asyncio.sleep(3600)  # cancelled by the group when a fails
 
