@@ -50,7 +50,7 @@ from pipeline.bulk.runner import model_id_for
 from pipeline.bulk.schema import OUTPUT_COLUMNS, OUTPUT_FIELDS
 from pipeline.bulk.segmenter import Segment, Segmentation, segment_for_format
 from pipeline.bulk.state import JobState
-from pipeline.kafka_clients import spark_kafka_options
+from pipeline.kafka_clients import spark_kafka_options, spark_kafka_source_options
 from pipeline.messages import now_ms
 from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_topic
 from pipeline.settings import Settings
@@ -193,7 +193,7 @@ def job_results(spark: SparkSession, settings: Settings, job_id: str, topic: str
     """This job's results on ``topic`` (batch read, earliest to latest)."""
     raw = (
         spark.read.format("kafka")
-        .options(**spark_kafka_options(settings.kafka))
+        .options(**spark_kafka_source_options(settings.kafka))
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
         .option("endingOffsets", "latest")

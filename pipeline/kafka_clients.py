@@ -246,6 +246,19 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
     return options
 
 
+def spark_kafka_source_options(kafka: KafkaSettings) -> dict[str, str]:
+    """:func:`spark_kafka_options` for Spark's Kafka source, its consumers' fetch wait included.
+
+    Spark's consumer pre-fetches past the records a task needs; at the end of
+    the log that fetch parks on the broker for ``fetch.max.wait.ms``, and the
+    task's next poll waits for it (apache/spark#41525 logs such a read: one
+    record in 504 ms).
+    """
+    return spark_kafka_options(kafka) | {
+        "kafka.fetch.max.wait.ms": str(kafka.spark_fetch_max_wait_ms)
+    }
+
+
 def admin_client(kafka: KafkaSettings, role: str = "admin") -> KafkaAdminClient:
     """A kafka-python admin client; the caller closes it.
 

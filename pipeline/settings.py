@@ -83,6 +83,11 @@ class KafkaSettings(_Section):
     sla_late_partitions: int = Field(1, ge=1)
     # heartbeats are worth only their latest values
     ticks_retention_ms: int = Field(3_600_000, ge=60_000)
+    # Spark's Kafka source (SLA and bulk jobs): how long the broker holds a fetch
+    # that finds no new records. A task reading up to the log's end (every
+    # micro-batch of a job that keeps up) otherwise waits the consumer's
+    # 500 ms default (README: SLA job)
+    spark_fetch_max_wait_ms: int = Field(10, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSettings:

@@ -10,6 +10,7 @@ again.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -130,3 +131,25 @@ def test_another_checkpoint_has_marks_of_its_own(
     assert other.transactional_id != one.transactional_id
     assert not other.written(topic, 0)
     other.close()
+
+
+def test_a_job_whose_sink_cannot_start_says_so_before_any_batch(
+    stack: Endpoints, tmp_path: Path
+) -> None:
+    from jobs.sla import run
+    from pipeline.sla import SlaJobError
+
+    # bound, never listening: every connection to it is refused while the test holds it
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        kafka = stack.settings.kafka.model_copy(
+            update={
+                "bootstrap_servers": f"127.0.0.1:{closed.getsockname()[1]}",
+                "request_timeout_ms": 1000,
+            }
+        )
+        settings = _with_checkpoint(stack.settings, tmp_path / "checkpoint")
+        with pytest.raises(SlaJobError, match=r"^the SLA job's Kafka sink could not start: "):
+            run(settings.model_copy(update={"kafka": kafka}), until_idle_s=5.0)
+    # the sink failed while the session started: no query ran, nothing was checkpointed
+    assert not (tmp_path / "checkpoint" / "offsets").exists()

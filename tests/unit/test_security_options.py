@@ -15,6 +15,7 @@ from pipeline.kafka_clients import (
     faust_app_options,
     kafka_python_options,
     spark_kafka_options,
+    spark_kafka_source_options,
 )
 from pipeline.redis_client import redis_options
 from pipeline.settings import KafkaSettings, RedisSettings
@@ -48,6 +49,13 @@ def test_plaintext_options_carry_no_security() -> None:
         "kafka.request.timeout.ms": "30000",
     }
     assert set(faust_app_options(KafkaSettings())) == {"broker"}
+
+
+def test_spark_sources_get_the_security_options_and_a_short_fetch_wait(ca: Path) -> None:
+    settings = _sasl_ssl(ca).model_copy(update={"spark_fetch_max_wait_ms": 25})
+    options = spark_kafka_source_options(settings)
+    # the sinks' options unchanged (a producer warns of a consumer setting), plus the wait
+    assert options == spark_kafka_options(settings) | {"kafka.fetch.max.wait.ms": "25"}
 
 
 @pytest.mark.parametrize("options", [kafka_python_options, aiokafka_options])
