@@ -19,6 +19,7 @@ Both plan with the model's measured call-cost model.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from pipeline import metrics
@@ -28,6 +29,8 @@ from pipeline.engine.costs import CostModel
 from pipeline.messages import SlaWindow
 from pipeline.pairs import Pair
 from pipeline.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 class BatchShaper:
@@ -83,6 +86,7 @@ class BatchShaper:
         """
         if self.controller is None or not submitted_ms:
             return
+        mode = self.controller.state.mode
         self.controller.observe_batch(
             size=taken,
             full=taken >= self.knobs.max_messages,
@@ -93,7 +97,21 @@ class BatchShaper:
             newest_submitted_s=max(submitted_ms) / 1000,
             estimated_s=estimated_s,
         )
-        metrics.set_batching_state(self.pair.id, self.controller.state)
+        state = self.controller.state
+        if state.mode != mode:
+            # a mode change is what explains a step in a pair's latency or throughput
+            log.info(
+                "%s: batching %s -> %s mode (queue %.2f s, engine %.2f s, %.1f arrivals/s); "
+                "up to %d messages",
+                self.pair.id,
+                mode,
+                state.mode,
+                state.queue_delay_s,
+                state.service_s,
+                state.arrivals_per_s,
+                state.knobs.max_messages,
+            )
+        metrics.set_batching_state(self.pair.id, state)
 
     def lag(self, records: int) -> None:
         """The pair topic's consumer lag, sampled (whether a backlog is building)."""

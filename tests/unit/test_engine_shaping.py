@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from pipeline.engine.adaptive import THROUGHPUT
 from pipeline.engine.costs import CostModel
 from pipeline.engine.shaping import BatchShaper
@@ -52,7 +56,10 @@ def test_bulk_calls_stay_within_the_time_bound():
     assert all(sub.estimated_s <= 0.1 for sub in plan.sub_batches)
 
 
-def test_adaptive_interactive_follows_the_load_and_the_sla_windows():
+def test_adaptive_interactive_follows_the_load_and_the_sla_windows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="pipeline.engine.shaping")
     shaper = BatchShaper(_settings(adaptive=True, p95_ms={"en_de": 400.0}), PAIR, COST, bulk=False)
     assert shaper.controller is not None
     quiet = shaper.knobs
@@ -66,6 +73,10 @@ def test_adaptive_interactive_follows_the_load_and_the_sla_windows():
         )
     assert shaper.controller.state.mode == THROUGHPUT
     assert shaper.knobs.max_messages > quiet.max_messages
+    # the switch is logged once, with what caused it
+    (switch,) = [r.getMessage() for r in caplog.records]
+    assert switch.startswith("en_de: batching latency -> throughput mode (queue ")
+    assert switch.endswith(f"up to {shaper.knobs.max_messages} messages")
     share = shaper.controller.state.latency_share
     shaper.add(_window("en_fr", 5000))  # another pair's window: ignored
     assert shaper.controller.state.latency_share == share
