@@ -133,23 +133,49 @@ def test_another_checkpoint_has_marks_of_its_own(
     other.close()
 
 
+# The job in a process of its own (its own Spark session: the job stops it when it
+# fails, which would stop a session this process shares), its Kafka refusing.
+_SINK_REFUSED = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    from jobs.sla import run
+    from pipeline.settings import load_settings
+    from pipeline.sla import SlaJobError
+    from pipeline.stack import layout, manager
+
+    checkpoint, port = Path(sys.argv[1]), int(sys.argv[2])
+    settings = manager.endpoints(layout.with_layout(load_settings())).settings
+    kafka = settings.kafka.model_copy(
+        update={"bootstrap_servers": f"127.0.0.1:{port}", "request_timeout_ms": 1000}
+    )
+    sla = settings.sla.model_copy(update={"checkpoint_dir": checkpoint})
+    try:
+        run(settings.model_copy(update={"kafka": kafka, "sla": sla}), until_idle_s=5.0)
+    except SlaJobError as exc:
+        print(exc, flush=True)
+    """
+)
+
+
 def test_a_job_whose_sink_cannot_start_says_so_before_any_batch(
     stack: Endpoints, tmp_path: Path
 ) -> None:
-    from jobs.sla import run
-    from pipeline.sla import SlaJobError
-
     # bound, never listening: every connection to it is refused while the test holds it
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
-        kafka = stack.settings.kafka.model_copy(
-            update={
-                "bootstrap_servers": f"127.0.0.1:{closed.getsockname()[1]}",
-                "request_timeout_ms": 1000,
-            }
+        port = str(closed.getsockname()[1])
+        done = subprocess.run(
+            [sys.executable, "-c", _SINK_REFUSED, str(tmp_path / "checkpoint"), port],
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
-        settings = _with_checkpoint(stack.settings, tmp_path / "checkpoint")
-        with pytest.raises(SlaJobError, match=r"^the SLA job's Kafka sink could not start: "):
-            run(settings.model_copy(update={"kafka": kafka}), until_idle_s=5.0)
+    assert done.stdout.startswith("the SLA job's Kafka sink could not start: "), (
+        done.stdout,
+        done.stderr[-2000:],
+    )
     # the sink failed while the session started: no query ran, nothing was checkpointed
     assert not (tmp_path / "checkpoint" / "offsets").exists()
