@@ -27,7 +27,8 @@ class FaustDedupWindow:
         self._events: dict[tuple[int, int], Event] = {}
 
     def bind(self, events: Iterable[Event]) -> None:
-        """Add the events of a batch about to be processed (an agent may run two at once)."""
+        """Add the events of a batch about to be processed (up to ``worker.batches_in_flight``
+        of an agent's batches are bound at once)."""
         self._events.update({(e.message.partition, e.message.offset): e for e in events})
 
     def unbind(self, events: Iterable[Event]) -> None:
