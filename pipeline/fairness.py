@@ -259,6 +259,20 @@ class RoundPace:
         self._round_s = round_s
         self._smoothing = smoothing
         self.chars_per_s: float | None = None
+        self._engine_free_s = float("-inf")  # when the last round handed off the engine
+
+    def handed_off(self, chars: int, started_s: float, now_s: float, *, measure: bool) -> None:
+        """A round started at ``started_s`` handed off the engine at ``now_s``.
+
+        Its time counts from when the engine was free for it: a round started
+        during the last one's final call (the agent starts the next round then
+        when work is held) waited for that call first. ``measure``: whether the
+        round shows the pace (one that was cut, not one that took all there was).
+        """
+        began = max(started_s, self._engine_free_s)
+        self._engine_free_s = now_s
+        if measure:
+            self.observe(chars, now_s - began)
 
     def observe(self, chars: int, seconds: float) -> None:
         """One round of ``chars`` characters ran ``seconds``."""

@@ -144,12 +144,14 @@ class WorkerShell:
         window: FaustDedupWindow | None = None,
         batch_size: Callable[[], int] | None = None,
         on_hand_off: HandOffHook | None = None,
+        on_last_call: HandOffHook | None = None,
     ) -> None:
         """Run admitted events through the steps, a micro-batch at a time.
 
         ``batch_size`` (the batch shaper's current size) cuts a large take into
         micro-batches, each marked done (committable) as soon as it is published;
-        ``on_hand_off`` is called when the last of them is done with the engine.
+        ``on_hand_off`` is called when the last of them is done with the engine,
+        ``on_last_call`` when its last engine call gets the engine.
         """
         while admitted:
             if self.draining:
@@ -159,7 +161,12 @@ class WorkerShell:
             size = max(1, batch_size()) if batch_size is not None else len(admitted)
             last = size >= len(admitted)
             await self._process(
-                admitted[:size], tickets[:size], runner, window, on_hand_off if last else None
+                admitted[:size],
+                tickets[:size],
+                runner,
+                window,
+                on_hand_off if last else None,
+                on_last_call if last else None,
             )
             admitted, tickets = admitted[size:], tickets[size:]
 
@@ -189,6 +196,7 @@ class WorkerShell:
         runner: BatchRunner,
         window: FaustDedupWindow | None,
         on_hand_off: HandOffHook | None,
+        on_last_call: HandOffHook | None,
     ) -> None:
         if window is not None:
             window.bind(admitted)
@@ -206,6 +214,7 @@ class WorkerShell:
                 [record_of(e) for e in admitted],
                 on_retry=pause_while_retrying,
                 on_hand_off=on_hand_off,
+                on_last_call=on_last_call,
             )
         except RetryBudgetExhausted as exc:
             await self._fatal(exc)
@@ -447,8 +456,23 @@ def _plain_agent(
     wait_s: float,
     batch_size: Callable[[], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
-    """First come, first served: each fetched micro-batch runs as it is."""
+    """First come, first served: each fetched micro-batch runs as it is.
+
+    A full take says more is waiting: the next batch may start as this one's
+    last engine call does (it would take a full batch then too), not only
+    once that call is over.
+    """
     depth = shell.ctx.settings.worker.batches_in_flight
+
+    def batch(
+        admitted: list[Any], tickets: list[Ticket], full: bool
+    ) -> Callable[[HandOffHook], Awaitable[None]]:
+        async def work(hand_off: HandOffHook) -> None:
+            await shell.process(
+                admitted, tickets, runner, window, batch_size, hand_off, hand_off if full else None
+            )
+
+        return work
 
     async def consume(stream: StreamT[Any]) -> None:
         async with asyncio.TaskGroup() as group:
@@ -456,9 +480,7 @@ def _plain_agent(
             async for events in micro_batches(stream, take, wait_s):
                 await in_flight.ready()
                 admitted, tickets = await shell.admit(events)
-                in_flight.launch(
-                    functools.partial(shell.process, admitted, tickets, runner, window, batch_size)
-                )
+                in_flight.launch(batch(admitted, tickets, len(events) >= take))
 
     return consume
 
@@ -550,12 +572,18 @@ async def _serve_rounds(
         paced = False
 
         def handed_off() -> None:
-            # a round's pace is its time to the engine's hand-off: the next round's start
+            # a round's pace is its time to the engine's hand-off (once per round)
             nonlocal paced
-            if cut and not paced:
+            if not paced:
                 paced = True
-                pace.observe(sum(h.chars for h in current), time.monotonic() - started)
+                chars = sum(h.chars for h in current)
+                pace.handed_off(chars, started, time.monotonic(), measure=cut)
             hand_off()
+
+        def last_call_started() -> None:
+            # work is held: the next round may be chosen now and prepare while this call runs
+            if len(rounds):
+                hand_off()
 
         await shell.process(
             [h.event for h in current],
@@ -564,6 +592,7 @@ async def _serve_rounds(
             window,
             batch_size,
             handed_off,
+            last_call_started,
         )
 
     async with asyncio.TaskGroup() as group:

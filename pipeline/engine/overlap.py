@@ -157,12 +157,15 @@ class EngineLane(Generic[P]):
         plan: BatchPlan,
         pair: Pair,
         through: Through = _at_once,
+        on_last_call: Callable[[], None] | None = None,
     ) -> list[SubBatchOutcome]:
         """Run every sub-batch of ``plan``, overlapping calls with their neighbours' prep work.
 
         Each model call runs ``through`` the caller's gate (``lambda work:
         gate.run(priority, work)``). A failing call does not stop the others;
         its outcome carries the error, for the caller to narrow down.
+        ``on_last_call`` runs when the plan's last call gets the engine (past
+        the gate), before it computes.
         """
         translator = self.translator
         groups = [[prepared[i] for i in sub.indices] for sub in plan.sub_batches]
@@ -183,7 +186,9 @@ class EngineLane(Generic[P]):
         for k in range(len(groups)):
             assert next_sources is not None
             sources = await next_sources
-            call = asyncio.ensure_future(through(self._model(sources, pair)))
+            last = k + 1 == len(groups)
+            model = self._model(sources, pair, on_last_call if last else None)
+            call = asyncio.ensure_future(through(model))
             # read-ahead: the next input and the previous output, while the model runs
             next_sources = encode(k + 1) if k + 1 < len(groups) else None
             if previous is not None:
@@ -202,8 +207,12 @@ class EngineLane(Generic[P]):
         """Any other blocking model call (e.g. with attention), in the compute thread."""
         return await self._in(self.compute, work)
 
-    async def _model(self, sources: Any, pair: Pair) -> tuple[Any, float]:
+    async def _model(
+        self, sources: Any, pair: Pair, on_start: Callable[[], None] | None = None
+    ) -> tuple[Any, float]:
         """The model call in the compute thread, and its duration measured there."""
+        if on_start is not None:
+            on_start()
 
         def timed() -> tuple[Any, float]:
             began = time.perf_counter()

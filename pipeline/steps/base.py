@@ -167,6 +167,10 @@ class Batch:
     # called by the hand-off step once the batch no longer needs the engine: its agent may
     # start the next micro-batch while this one stores and publishes (set by the runner)
     hand_off: Callable[[], None] = field(default=lambda: None, repr=False)
+    # called by the engine step when the batch's last engine call gets the engine: an agent
+    # with more work waiting may start its next batch then, so that batch's lookups and
+    # tokenising overlap this call instead of leaving the engine idle (set by the runner)
+    last_call_started: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock()

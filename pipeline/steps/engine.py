@@ -13,9 +13,11 @@ Failures are classified before anything is resolved:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,7 +30,7 @@ from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import AlignedTranslation, Translation, Translator
 from pipeline.pairs import Pair
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
-from pipeline.steps.base import Batch, BatchStats, TransientError
+from pipeline.steps.base import Batch, BatchStats, Item, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +100,23 @@ class EngineRunner:
         return self._gate.run(self._priority, work)
 
     async def run(
-        self, texts: Sequence[str], pair: Pair, stats: BatchStats
+        self,
+        texts: Sequence[str],
+        pair: Pair,
+        stats: BatchStats,
+        on_last_call: Callable[[], None] | None = None,
     ) -> list[Translation | Rejected]:
-        """One outcome per text, in order; raises TransientError when the engine is at fault."""
+        """One outcome per text, in order; raises TransientError when the engine is at fault.
+
+        ``on_last_call`` runs when the planned calls' last one gets the engine
+        (not for the calls that narrow down a failure).
+        """
         prepared = await self._lane.prepare(texts, pair)
         plan = await self._lane.plan(prepared, self._planner(pair))
         stats.padded_tokens += plan.padded_tokens
         stats.pad_tokens += plan.pad_tokens
         stats.engine_estimated_s += plan.estimated_s
-        outcomes = await self._lane.run_plan(prepared, plan, pair, self._through)
+        outcomes = await self._lane.run_plan(prepared, plan, pair, self._through, on_last_call)
         out: list[Translation | Rejected | None] = [None] * len(texts)
         for outcome in outcomes:
             indices = outcome.sub_batch.indices
@@ -206,24 +216,91 @@ class EngineRunner:
             ) from exc
 
 
+# Translates a batch's items in place: sets ``translation`` or ``error`` on each.
+ItemsTranslator = Callable[[list[Item]], Awaitable[None]]
+
+
+class InFlightTexts:
+    """The texts an agent's batches are translating right now, by digest.
+
+    An agent runs more than one batch at a time (``worker.batches_in_flight``),
+    so a batch's lookups can come while an earlier batch still translates the
+    same text, before the dedup window has it. Such an item waits for that
+    translation (cache level ``window``, as the window would have answered)
+    instead of computing it again; if the earlier batch's translation failed
+    or was abandoned, the item is translated with its own batch after all.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, asyncio.Future[CachedTranslation | None]] = {}
+
+    async def translate(self, todo: Sequence[Item], translate: ItemsTranslator) -> None:
+        """``translate`` what no batch in flight is translating; wait for the rest."""
+        loop = asyncio.get_running_loop()
+        mine: list[Item] = []
+        waits: list[tuple[Item, asyncio.Future[CachedTranslation | None]]] = []
+        owned: dict[str, tuple[Item, asyncio.Future[CachedTranslation | None]]] = {}
+        for item in todo:
+            pending = self._pending.get(item.digest) if item.digest else None
+            if pending is not None:
+                waits.append((item, pending))
+                continue
+            mine.append(item)
+            if item.digest and item.digest not in owned:
+                future = self._pending[item.digest] = loop.create_future()
+                owned[item.digest] = (item, future)
+
+        def settle(_: asyncio.Future[None]) -> None:
+            # once the engine is done with this batch's texts, whatever its waits: so a
+            # waiter never waits on another waiter
+            for digest, (item, future) in owned.items():
+                if self._pending.get(digest) is future:
+                    del self._pending[digest]
+                future.set_result(item.translation if item.error is None else None)
+
+        own = asyncio.ensure_future(translate(mine))
+        own.add_done_callback(settle)
+        answers = asyncio.gather(*(asyncio.shield(future) for _, future in waits))
+        await asyncio.gather(own, answers)
+        leftovers = []
+        for (item, _), found in zip(waits, answers.result(), strict=True):
+            if found is None:
+                leftovers.append(item)
+            else:
+                item.translation, item.cache = found, "window"
+        if leftovers:
+            await translate(leftovers)
+
+
 class Translate:
     """Translates every unanswered item's text once.
 
-    Reads: ``request.text`` of unanswered leaders. Sets: ``translation``
-    (cache level ``miss``) or, for a text the engine rejects on its own,
-    ``error`` with reason ``engine_rejected``. Raises:
-    :class:`TransientError` when the engine as a whole fails.
+    Reads: ``request.text`` and ``digest`` of unanswered leaders. Sets:
+    ``translation`` (cache level ``miss``, or ``window`` when an earlier batch
+    in flight was translating the same text: :class:`InFlightTexts`) or, for a
+    text the engine rejects on its own, ``error`` with reason
+    ``engine_rejected``. Raises: :class:`TransientError` when the engine as a
+    whole fails.
     """
 
     def __init__(self, runner: EngineRunner) -> None:
         self._runner = runner
+        self._in_flight = InFlightTexts()
 
     async def __call__(self, batch: Batch) -> None:
         if batch.pair is None:
             return
         todo = [item for item in batch.unanswered() if item.request is not None]
+        await self._in_flight.translate(todo, functools.partial(self._translate, batch))
+
+    async def _translate(self, batch: Batch, todo: list[Item]) -> None:
+        assert batch.pair is not None
         texts = [item.request.text for item in todo if item.request is not None]
-        outcomes = await self._runner.run(texts, batch.pair, batch.stats) if todo else []
+        outcomes = (
+            await self._runner.run(texts, batch.pair, batch.stats, batch.last_call_started)
+            if todo
+            else []
+        )
         self._runner.observe(
             batch, [o.input_tokens for o in outcomes if isinstance(o, Translation)]
         )

@@ -6,7 +6,8 @@ See :mod:`pipeline.fidelity` for what is protected and how outputs are checked.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 from pipeline.cache import CachedTranslation
 from pipeline.engine.translator import Translation
@@ -16,7 +17,7 @@ from pipeline.fidelity.service import FidelityService, Rejected, result_fields
 from pipeline.fidelity.store import GlossaryUnavailable
 from pipeline.pairs import Pair
 from pipeline.steps.base import Batch, BatchStats, Item, TransientError
-from pipeline.steps.engine import EngineRunner
+from pipeline.steps.engine import EngineRunner, InFlightTexts
 from pipeline.steps.engine import Rejected as EngineRejected
 
 
@@ -54,8 +55,9 @@ class TranslateFaithfully:
     """Translates every unanswered item through prepare → engine → restore.
 
     Reads: ``request`` and ``glossary`` of unanswered leaders. Sets:
-    ``translation`` (cache level ``miss``; its ``extra`` holds the fidelity
-    verdict, glossary hits and version) or ``error`` with reason
+    ``translation`` (cache level ``miss``, or ``window`` for a text an earlier
+    batch in flight was translating, :class:`~pipeline.steps.engine.InFlightTexts`;
+    its ``extra`` holds the fidelity verdict, glossary hits and version) or ``error`` with reason
     ``bad_markup``, ``bad_output`` or ``engine_rejected``. Raises:
     :class:`TransientError` when the engine as a whole fails. All segments of
     the batch go through the :class:`EngineRunner` together (token budgets,
@@ -65,12 +67,18 @@ class TranslateFaithfully:
     def __init__(self, runner: EngineRunner, service: FidelityService) -> None:
         self._runner = runner
         self._service = service
+        self._in_flight = InFlightTexts()
 
     async def __call__(self, batch: Batch) -> None:
         todo = [item for item in batch.unanswered() if item.request is not None]
         if not todo or batch.pair is None:
             return
-        calls = _BatchCalls(self._runner, batch.pair, batch.stats)
+        await self._in_flight.translate(todo, functools.partial(self._translate, batch))
+
+    async def _translate(self, batch: Batch, todo: list[Item]) -> None:
+        if not todo or batch.pair is None:
+            return
+        calls = _BatchCalls(self._runner, batch.pair, batch.stats, batch.last_call_started)
         started: list[tuple[Item, Restoration]] = []
         for item in todo:
             assert item.request is not None
@@ -101,12 +109,23 @@ class TranslateFaithfully:
 
 
 class _BatchCalls:
-    """The engine as one batch's restorations see it."""
+    """The engine as one batch's restorations see it.
 
-    def __init__(self, runner: EngineRunner, pair: Pair, stats: BatchStats) -> None:
+    ``last_call_started`` is announced by a round without aligned calls (one
+    that needs another round, rarely, then queues behind the next batch's calls).
+    """
+
+    def __init__(
+        self,
+        runner: EngineRunner,
+        pair: Pair,
+        stats: BatchStats,
+        last_call_started: Callable[[], None],
+    ) -> None:
         self._runner = runner
         self._pair = pair
         self._stats = stats
+        self._last_call_started = last_call_started
 
     def can_align(self) -> bool:
         return hasattr(self._runner.translator, "translate_aligned")
@@ -120,7 +139,10 @@ class _BatchCalls:
     async def translate(self, calls: Sequence[Call]) -> list[Translation | Refused]:
         plain = [c.text for c in calls if not c.aligned]
         aligned = [c.text for c in calls if c.aligned]
-        plain_out = await self._runner.run(plain, self._pair, self._stats) if plain else []
+        announce = None if aligned else self._last_call_started
+        plain_out = (
+            await self._runner.run(plain, self._pair, self._stats, announce) if plain else []
+        )
         aligned_out = (
             await self._runner.run_aligned(aligned, self._pair, self._stats) if aligned else []
         )

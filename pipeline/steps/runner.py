@@ -65,13 +65,15 @@ class BatchRunner:
         records: list[Record],
         on_retry: RetryHook | None = None,
         on_hand_off: Callable[[], None] | None = None,
+        on_last_call: Callable[[], None] | None = None,
     ) -> Batch:
         """The finished batch (everything published); raises RetryBudgetExhausted.
 
         ``on_retry`` runs before each backoff sleep (the caller pauses its
         partitions there); ``on_hand_off`` when an attempt is done with the
         engine (:class:`~pipeline.steps.handoff.HandOff`), once per attempt
-        that gets that far.
+        that gets that far; ``on_last_call`` when an attempt's last planned
+        engine call gets the engine (:attr:`Batch.last_call_started`).
         """
 
         async def before_sleep(state: RetryCallState) -> None:
@@ -94,6 +96,8 @@ class BatchRunner:
                     batch.stats.attempts = attempt.retry_state.attempt_number
                     if on_hand_off is not None:
                         batch.hand_off = on_hand_off
+                    if on_last_call is not None:
+                        batch.last_call_started = on_last_call
                     await self._through_steps(batch)
                     return batch
         except RetryError as exc:

@@ -143,6 +143,27 @@ def test_every_model_call_goes_through_the_gate():
     assert gated == ["in", "out", "in", "out"]
 
 
+def test_the_last_call_is_announced_once_it_gets_the_engine():
+    fake = FakeTranslator()
+    gated: list[str] = []
+
+    async def through(work):
+        gated.append("in")
+        try:
+            return await work
+        finally:
+            gated.append("out")
+
+    def announced() -> None:
+        gated.append("last call")
+        with fake.lock:
+            gated.append(f"{sum(1 for what, _ in fake.events if what.startswith('run'))} runs")
+
+    _run(EngineLane(fake), TEXTS, through=through, on_last_call=announced)
+    # past the gate, before the model computes: the first call is over, the last not begun
+    assert gated == ["in", "out", "in", "last call", "1 runs", "out"]
+
+
 def test_translators_with_translate_batch_only_run_whole_texts():
     class Plain:
         model_id = "plain"

@@ -220,6 +220,20 @@ def test_round_pace_bounds_rounds_by_measured_time() -> None:
         RoundPace(0.25, smoothing=0)
 
 
+def test_round_pace_counts_a_round_from_when_the_engine_was_free_for_it() -> None:
+    pace = RoundPace(0.25, smoothing=1.0)
+    pace.handed_off(1000, started_s=0.0, now_s=1.0, measure=True)
+    assert pace.chars_per_s == pytest.approx(1000)
+    # started at 0.9, during the last round's final call: its own time runs from 1.0
+    pace.handed_off(1000, started_s=0.9, now_s=1.5, measure=True)
+    assert pace.chars_per_s == pytest.approx(2000)
+    # a round that took all there was is not measured, but it held the engine until 3.0
+    pace.handed_off(10, started_s=2.0, now_s=3.0, measure=False)
+    assert pace.chars_per_s == pytest.approx(2000)
+    pace.handed_off(500, started_s=2.8, now_s=3.25, measure=True)
+    assert pace.chars_per_s == pytest.approx(2000)
+
+
 def test_a_lone_round_is_never_shorter_than_one_full_engine_call() -> None:
     cheap = CostModel(per_call_s=0.001, per_step_s=0.0, per_token_s=1e-5)  # 4k tokens: 42 ms
     costly = CostModel(per_call_s=0.03, per_step_s=0.01, per_token_s=1e-3)  # 4k tokens: 4.4 s

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -131,6 +131,23 @@ def test_a_failed_publish_is_retried_and_published_once_it_works() -> None:
         assert result.status == "ok"
 
     asyncio.run(scenario())
+
+
+def test_a_batch_announces_its_last_engine_call_before_computing_it() -> None:
+    harness = Harness(FakeBackend())
+    seen: list[tuple[str, int]] = []  # (hook, engine calls made) at each hook
+
+    def hook(name: str) -> Callable[[], None]:
+        return lambda: seen.append((name, len(harness.translator.calls)))
+
+    async def scenario() -> None:
+        records = harness.records([harness.request(0, "hello"), harness.request(1, "bye")])
+        await harness.runner.run(
+            records, on_hand_off=hook("hand off"), on_last_call=hook("last call")
+        )
+
+    asyncio.run(scenario())
+    assert seen == [("last call", 0), ("hand off", 1)]
 
 
 def test_a_batch_hands_off_once_translated_before_anything_is_published() -> None:

@@ -152,3 +152,25 @@ def test_engine_step_feeds_the_adaptive_controller(
     state = shaper.controller.state
     assert state.queue_delay_s > 0.1  # smoothed two-second wait
     assert state.service_s > 0
+
+
+@pytest.mark.parametrize("make_step", [_plain, _faithful], ids=["plain", "fidelity"])
+def test_engine_step_announces_its_last_call_before_computing_it(
+    make_step: Callable[[EngineRunner], EngineStep],
+):
+    # a cost model that cuts the short and the long text into two calls
+    translator = CostedTranslator(CostModel(per_call_s=0.0, per_step_s=0.0, per_token_s=0.001))
+    runner = EngineRunner(translator, TokenBudgetBatcher(4096), PriorityGate(), INTERACTIVE)
+    items = []
+    for i, text in enumerate([SHORT, LONG]):
+        request = TranslationRequest(
+            request_id=f"r{i}", source_lang="en", target_lang="de", text=text, submitted_at=now_ms()
+        )
+        record = Record(pair_topic(PAIR), 0, i, b"k", request.to_json())
+        items.append(Item(record, request=request, digest=f"d{i}"))
+    calls_at_announcement: list[int] = []
+    batch = Batch(items, PAIR, "fake", "test")
+    batch.last_call_started = lambda: calls_at_announcement.append(len(translator.calls))
+    asyncio.run(make_step(runner)(batch))
+    assert len(translator.calls) == 2
+    assert calls_at_announcement == [1]  # once: after the first call, before the last

@@ -1,0 +1,106 @@
+"""InFlightTexts: a text two batches in flight both need is translated once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pipeline.cache import CachedTranslation
+from pipeline.steps.base import Item, Record, TransientError
+from pipeline.steps.engine import InFlightTexts
+
+
+def _items(*digests: str) -> list[Item]:
+    return [Item(Record("t", 0, i, b"k", b"{}"), digest=d) for i, d in enumerate(digests)]
+
+
+class SlowEngine:
+    """Translates items after ``release`` is set; records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[list[str]] = []
+        self.release = asyncio.Event()
+        self.fail = False
+
+    async def __call__(self, items: list[Item]) -> None:
+        self.asked.append([i.digest or "" for i in items])
+        await self.release.wait()
+        if self.fail:
+            raise TransientError("engine away")
+        for item in items:
+            item.translation = CachedTranslation(f"T({item.digest})", "m", 1, 1)
+            item.cache = "miss"
+
+
+def test_a_text_an_earlier_batch_is_translating_waits_for_it() -> None:
+    async def scenario() -> tuple[list[Item], list[Item], SlowEngine]:
+        texts, engine = InFlightTexts(), SlowEngine()
+        first, second = _items("a", "b"), _items("b", "c")
+        one = asyncio.create_task(texts.translate(first, engine))
+        await asyncio.sleep(0)  # the first batch has claimed its texts
+        two = asyncio.create_task(texts.translate(second, engine))
+        await asyncio.sleep(0)
+        engine.release.set()
+        await asyncio.gather(one, two)
+        return first, second, engine
+
+    first, second, engine = asyncio.run(scenario())
+    assert engine.asked == [["a", "b"], ["c"]]  # "b" once
+    assert [(i.translation.text, i.cache) for i in second if i.translation] == [
+        ("T(b)", "window"),
+        ("T(c)", "miss"),
+    ]
+    assert first[1].cache == "miss"
+
+
+def test_a_text_whose_earlier_batch_failed_is_translated_after_all() -> None:
+    async def scenario() -> tuple[list[Item], SlowEngine]:
+        texts, failing, working = InFlightTexts(), SlowEngine(), SlowEngine()
+        failing.fail = True
+        working.release.set()
+        one = asyncio.create_task(texts.translate(_items("a"), failing))
+        await asyncio.sleep(0)
+        second = _items("a")
+        two = asyncio.create_task(texts.translate(second, working))
+        await asyncio.sleep(0)
+        failing.release.set()
+        with pytest.raises(TransientError):
+            await one
+        await two
+        return second, working
+
+    second, working = asyncio.run(scenario())
+    assert working.asked == [[], ["a"]]  # waited first, then translated it itself
+    assert second[0].translation is not None and second[0].cache == "miss"
+
+
+def test_a_cancelled_batch_releases_its_waiters() -> None:
+    async def scenario() -> list[Item]:
+        texts, stuck, working = InFlightTexts(), SlowEngine(), SlowEngine()
+        working.release.set()
+        one = asyncio.create_task(texts.translate(_items("a"), stuck))
+        await asyncio.sleep(0)
+        second = _items("a")
+        two = asyncio.create_task(texts.translate(second, working))
+        await asyncio.sleep(0)
+        one.cancel()  # a rebalance: the first batch is abandoned
+        await asyncio.wait_for(two, 5)
+        return second
+
+    second = asyncio.run(scenario())
+    assert second[0].cache == "miss"
+
+
+def test_nothing_stays_claimed_once_batches_are_through() -> None:
+    async def scenario() -> InFlightTexts:
+        texts, engine = InFlightTexts(), SlowEngine()
+        engine.release.set()
+        await texts.translate(_items("a", "b"), engine)
+        return texts
+
+    texts = asyncio.run(scenario())
+    again = SlowEngine()
+    again.release.set()
+    asyncio.run(texts.translate(_items("a"), again))
+    assert again.asked == [["a"]]  # a later batch finds no stale claim to wait on
