@@ -128,9 +128,8 @@ def test_a_failing_call_keeps_the_others():
     assert sum(len(o.translations or []) for o in outcomes) == 3
 
 
-def test_every_model_call_goes_through_the_gate():
-    fake = FakeTranslator()
-    gated: list[str] = []
+def _recording_gate(gated: list[str]):
+    """A gate that lets every call through at once and logs its way in and out."""
 
     async def through(work):
         gated.append("in")
@@ -139,7 +138,12 @@ def test_every_model_call_goes_through_the_gate():
         finally:
             gated.append("out")
 
-    _run(EngineLane(fake), TEXTS, through=through)
+    return through
+
+
+def test_every_model_call_goes_through_the_gate():
+    gated: list[str] = []
+    _run(EngineLane(FakeTranslator()), TEXTS, through=_recording_gate(gated))
     assert gated == ["in", "out", "in", "out"]
 
 
@@ -147,19 +151,12 @@ def test_the_last_call_is_announced_once_it_gets_the_engine():
     fake = FakeTranslator()
     gated: list[str] = []
 
-    async def through(work):
-        gated.append("in")
-        try:
-            return await work
-        finally:
-            gated.append("out")
-
     def announced() -> None:
         gated.append("last call")
         with fake.lock:
             gated.append(f"{sum(1 for what, _ in fake.events if what.startswith('run'))} runs")
 
-    _run(EngineLane(fake), TEXTS, through=through, on_last_call=announced)
+    _run(EngineLane(fake), TEXTS, through=_recording_gate(gated), on_last_call=announced)
     # past the gate, before the model computes: the first call is over, the last not begun
     assert gated == ["in", "out", "in", "last call", "1 runs", "out"]
 

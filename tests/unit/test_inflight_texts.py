@@ -54,16 +54,25 @@ def test_a_text_an_earlier_batch_is_translating_waits_for_it() -> None:
     assert first[1].cache == "miss"
 
 
+async def _second_batch_waiting_on(
+    first: SlowEngine,
+) -> tuple[asyncio.Task[None], asyncio.Task[None], list[Item], SlowEngine]:
+    """A first batch translating "a" on ``first``, and a second batch that needs "a" too."""
+    texts, working = InFlightTexts(), SlowEngine()
+    working.release.set()
+    one = asyncio.create_task(texts.translate(_items("a"), first))
+    await asyncio.sleep(0)
+    second = _items("a")
+    two = asyncio.create_task(texts.translate(second, working))
+    await asyncio.sleep(0)
+    return one, two, second, working
+
+
 def test_a_text_whose_earlier_batch_failed_is_translated_after_all() -> None:
     async def scenario() -> tuple[list[Item], SlowEngine]:
-        texts, failing, working = InFlightTexts(), SlowEngine(), SlowEngine()
+        failing = SlowEngine()
         failing.fail = True
-        working.release.set()
-        one = asyncio.create_task(texts.translate(_items("a"), failing))
-        await asyncio.sleep(0)
-        second = _items("a")
-        two = asyncio.create_task(texts.translate(second, working))
-        await asyncio.sleep(0)
+        one, two, second, working = await _second_batch_waiting_on(failing)
         failing.release.set()
         with pytest.raises(TransientError):
             await one
@@ -77,13 +86,7 @@ def test_a_text_whose_earlier_batch_failed_is_translated_after_all() -> None:
 
 def test_a_cancelled_batch_releases_its_waiters() -> None:
     async def scenario() -> list[Item]:
-        texts, stuck, working = InFlightTexts(), SlowEngine(), SlowEngine()
-        working.release.set()
-        one = asyncio.create_task(texts.translate(_items("a"), stuck))
-        await asyncio.sleep(0)
-        second = _items("a")
-        two = asyncio.create_task(texts.translate(second, working))
-        await asyncio.sleep(0)
+        one, two, second, _ = await _second_batch_waiting_on(SlowEngine())
         one.cancel()  # a rebalance: the first batch is abandoned
         await asyncio.wait_for(two, 5)
         return second
