@@ -76,7 +76,8 @@ class TranslateFaithfully:
         await self._in_flight.translate(todo, functools.partial(self._translate, batch))
 
     async def _translate(self, batch: Batch, todo: list[Item]) -> None:
-        if not todo or batch.pair is None:
+        assert batch.pair is not None  # checked by __call__
+        if not todo:
             return
         calls = _BatchCalls(self._runner, batch.pair, batch.stats, batch.last_call_started)
         started: list[tuple[Item, Restoration]] = []
