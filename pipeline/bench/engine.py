@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 
@@ -19,11 +20,35 @@ from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import CTranslate2Translator, PreparedText
 from pipeline.pairs import Pair
 
+# seconds of untimed engine calls before a measurement (see warm_up)
+WARM_UP_S = 3.0
+
 
 def generated_sentences(n: int, seed: int = 7) -> list[str]:
     """``n`` held-out generated sentences of 3-40 words."""
     generator = SentenceGenerator(seed, heldout=True, min_words=3, max_words=40)
     return [generator.sentence() for _ in range(n)]
+
+
+def warm_up(
+    translator: CTranslate2Translator,
+    pair: Pair,
+    batches: Sequence[Sequence[PreparedText]],
+    seconds: float = WARM_UP_S,
+) -> None:
+    """Translate ``batches`` in turn, untimed, for at least ``seconds`` (at least one call).
+
+    A process's first seconds of engine calls run slower than the same calls
+    later: one workload's ceiling took 17.2 s in a fresh process, then 13.3
+    and 13.8 s, and 16.0 s after a warm-up of its largest call alone, but
+    13.3–13.8 s after 3 s of its own calls. A worker measured against the
+    ceiling has made many calls by then.
+    """
+    until = time.perf_counter() + seconds
+    for batch in itertools.cycle(batches):
+        translator.translate_prepared(batch, pair)
+        if time.perf_counter() >= until:
+            return
 
 
 def measure_fixed(
@@ -34,9 +59,9 @@ def measure_fixed(
     batch_size: int,
     min_seconds: float,
 ) -> EngineFigures:
-    """Batches of ``batch_size`` prepared texts in their given order, after one warm-up."""
+    """Batches of ``batch_size`` prepared texts in their given order, after a warm-up."""
     batches = [prepared[i : i + batch_size] for i in range(0, len(prepared), batch_size)]
-    translator.translate_prepared(batches[0], pair)  # warm-up
+    warm_up(translator, pair, batches)
     n_sent = n_in = n_out = calls = 0
     padded = 0
     start = time.perf_counter()
@@ -73,9 +98,14 @@ def measure_ceiling(
     """``texts`` tokenised once, planned by ``batcher`` and translated call by call.
 
     The clock covers tokenisation, planning and every call (what a pipeline
-    must do too), after one untimed warm-up call.
+    must do too), after an untimed :func:`warm_up` on the same plan.
     """
-    translator.translate_batch(list(texts[:1]), pair)  # warm-up
+    warm = translator.prepare(texts, pair)
+    warm_up(
+        translator,
+        pair,
+        [[warm[i] for i in b] for b in batcher.plan([p.tokens for p in warm]).batches],
+    )
     start = time.perf_counter()
     prepared = translator.prepare(texts, pair)
     plan = batcher.plan([p.tokens for p in prepared])

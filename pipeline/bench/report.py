@@ -153,6 +153,18 @@ class BenchReport:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
 
+def bracketed_rate(before: EngineFigures, after: EngineFigures) -> float:
+    """Sentences/s of one workload's ceiling measured before and after another run (A-B-A).
+
+    The mean time of the two: a drift of the machine's speed that is linear
+    in time affects the run between them as it affects this mean.
+    """
+    if before.sentences != after.sentences:
+        raise ValueError("before and after must measure the same workload")
+    total_s = before.seconds + after.seconds
+    return 2 * before.sentences / total_s if total_s else 0.0
+
+
 def ratio(numerator: float, denominator: float) -> float | None:
     """``numerator / denominator`` rounded; None (JSON null) when the denominator is 0."""
     return round(numerator / denominator, 3) if denominator else None
