@@ -1,8 +1,8 @@
 """Engine access by priority: interactive batches before bulk batches.
 
 The engine runs as many calls at once as it has replicas (CTranslate2's
-``inter_threads``, usually one: a call already uses every core it is given),
-so whoever waits for a replica next matters. ``PriorityGate`` hands a free
+``inter_threads``: two on a CPU of two cores or more, one on a GPU), so whoever
+waits for a replica next matters. ``PriorityGate`` hands a free
 replica to the waiter with the lowest priority number, first come first
 served within a priority. A running bulk call is never interrupted; it is
 bounded in time by the bulk take size. With two replicas or more, bulk holds
@@ -115,6 +115,15 @@ class PriorityGate:
             future.set_result(None)
         for waiter in passed:
             heapq.heappush(self._waiters, waiter)
+
+    @property
+    def replicas(self) -> int:
+        """Engine calls that may run at once."""
+        return self._replicas
+
+    def share(self, priority: int) -> int:
+        """Engine calls a caller of ``priority`` may hold at once."""
+        return self._bulk_replicas if priority == BULK else self._replicas
 
     @property
     def waiting(self) -> int:

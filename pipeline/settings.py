@@ -193,23 +193,19 @@ class LimitSettings(_Section):
     max_metadata_bytes: int = Field(4 * 1024, ge=0)
 
 
-def _threads_per_replica(engine: dict[str, Any]) -> int:
-    """All cores but one, shared among the engine's replicas (at least one each)."""
-    replicas: int = engine.get("inter_threads", 1)
-    return max(1, ((os.cpu_count() or 2) - 1) // replicas)
-
-
 class EngineSettings(_Section):
     registry: Path = PROJECT_ROOT / "models" / "registry.toml"
     device: str = "auto"
-    # model replicas (CTranslate2 inter_threads): calls that run at once. With 2 or
-    # more, bulk gets all but one, so a bulk call never delays interactive work.
-    inter_threads: int = Field(1, ge=1)
-    # CTranslate2 threads per translation. Default: all cores but one, which stays
-    # with the event loop and Kafka clients, shared among the replicas. Oversubscribing
-    # (0 = CTranslate2's default, or all cores) made batch-1 calls ~10x slower on 2
-    # cores (README).
-    intra_threads: int = Field(default_factory=_threads_per_replica, ge=0)
+    # model replicas (CTranslate2 inter_threads): engine calls that run at once. Unset:
+    # 2 on a CPU of two cores or more, 1 on a GPU (threads()). With 2 or more a
+    # worker's calls run side by side (1.9x one replica's throughput on 2 cores) and
+    # bulk gets all but one, so a bulk call never delays interactive work (README).
+    inter_threads: int | None = Field(None, ge=1)
+    # CTranslate2 threads per replica. Unset: all cores but one, which stays with the
+    # event loop and Kafka clients, shared among the replicas (at least one each).
+    # Oversubscribing (0 = CTranslate2's default, or all cores) made batch-1 calls ~10x
+    # slower on 2 cores (README).
+    intra_threads: int | None = Field(None, ge=0)
     beam_size: int = Field(1, ge=1)
     # overrides every registry entry's compute_type when set (auto, int8, float32, ...)
     compute_type: str | None = None
@@ -227,14 +223,27 @@ class EngineSettings(_Section):
     # benchmark models (`babelstream models build-bench`) are registered here
     bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 
+    def threads(self, device: str) -> tuple[int, int]:
+        """Replicas and threads per replica on ``device`` (``cpu``, ``cuda``), unset ones filled."""
+        cores = os.cpu_count() or 1
+        replicas = self.inter_threads or (1 if device == "cuda" or cores < 2 else 2)
+        per_replica = (
+            self.intra_threads
+            if self.intra_threads is not None
+            else max(1, (cores - 1) // replicas)
+        )
+        return replicas, per_replica
+
 
 class WorkerSettings(_Section):
     max_messages: int = Field(64, ge=1)
     max_wait_s: float = Field(0.02, gt=0)
     # micro-batches of one agent in flight: the next starts once the last is done with
     # the engine, so its lookups and engine calls overlap the last one's publishing
-    # (workers/inflight.py); 1: one at a time, start to end
-    batches_in_flight: int = Field(2, ge=1)
+    # (workers/inflight.py); 1: one at a time, start to end. Unset: one more than the
+    # engine's replicas (in_flight()), so every replica has a batch to compute while
+    # another batch publishes
+    batches_in_flight: int | None = Field(None, ge=1)
     token_budget: int = Field(4096, ge=1)
     # Bulk batches are kept small: a running engine call is never interrupted,
     # so their size bounds how long interactive work waits behind bulk work.
@@ -272,6 +281,10 @@ class WorkerSettings(_Section):
     # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
     # job's windows close while a pair is quiet; 0 disables it
     tick_interval_s: float = Field(5.0, ge=0)
+
+    def in_flight(self, replicas: int) -> int:
+        """Micro-batches of one agent in flight, beside an engine of ``replicas``."""
+        return self.batches_in_flight or replicas + 1
 
 
 SlaSink = Literal["kafka", "parquet", "console"]

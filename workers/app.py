@@ -398,7 +398,9 @@ def _add_pair_agents(
         (BULK, bulk_topic(entry.pair), w.bulk_token_budget),
     ):
         # the batch shape: static, or adaptive (interactive); bulk calls bounded in time
-        shaper = BatchShaper(s, entry.pair, cost, bulk=priority == BULK)
+        shaper = BatchShaper(
+            s, entry.pair, cost, bulk=priority == BULK, replicas=ctx.gate.share(priority)
+        )
         shell.shapers[topic_name] = shaper
         # One window adapter per agent: it binds the events of its batches in flight (same table).
         window = FaustDedupWindow(table, w.dedup_window_s)
@@ -462,7 +464,7 @@ def _plain_agent(
     last engine call does (it would take a full batch then too), not only
     once that call is over.
     """
-    depth = shell.ctx.settings.worker.batches_in_flight
+    depth = shell.ctx.settings.worker.in_flight(shell.ctx.gate.replicas)
 
     def batch(
         admitted: list[Any], tickets: list[Ticket], full: bool
@@ -596,7 +598,7 @@ async def _serve_rounds(
         )
 
     async with asyncio.TaskGroup() as group:
-        in_flight = InFlight(shell.ctx.settings.worker.batches_in_flight, group)
+        in_flight = InFlight(shell.ctx.settings.worker.in_flight(shell.ctx.gate.replicas), group)
         while True:
             # choose the round only when it may start: as late as possible, for fairness
             await in_flight.ready()

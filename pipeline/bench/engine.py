@@ -5,7 +5,8 @@
   batching is worth on this model and machine.
 * :func:`measure_ceiling` — a workload's texts tokenised once, planned by the
   worker's own cost-based batcher (length-sorted, same token budget) and run
-  call by call: the most any pipeline around this engine can do with them.
+  call by call, as many at once as the engine has replicas: the most any
+  pipeline around this engine can do with them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from pipeline.bench.report import EngineFigures
 from pipeline.demo_model.sentences import SentenceGenerator
@@ -97,8 +99,10 @@ def measure_ceiling(
 ) -> EngineFigures:
     """``texts`` tokenised once, planned by ``batcher`` and translated call by call.
 
-    The clock covers tokenisation, planning and every call (what a pipeline
-    must do too), after an untimed :func:`warm_up` on the same plan.
+    The calls run side by side, one per replica (``inter_threads``), as a
+    worker runs them. The clock covers tokenisation, planning and every call
+    (what a pipeline must do too), after an untimed :func:`warm_up` on the
+    same plan.
     """
     warm = translator.prepare(texts, pair)
     warm_up(
@@ -109,10 +113,12 @@ def measure_ceiling(
     start = time.perf_counter()
     prepared = translator.prepare(texts, pair)
     plan = batcher.plan([p.tokens for p in prepared])
-    n_out = 0
-    for indices in plan.batches:
-        results = translator.translate_prepared([prepared[i] for i in indices], pair)
-        n_out += sum(r.output_tokens for r in results)
+    with ThreadPoolExecutor(translator.inter_threads) as replicas:
+        outputs = replicas.map(
+            lambda indices: translator.translate_prepared([prepared[i] for i in indices], pair),
+            plan.batches,
+        )
+        n_out = sum(r.output_tokens for results in outputs for r in results)
     elapsed = time.perf_counter() - start
     return EngineFigures(
         batch_size=None,

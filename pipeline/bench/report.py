@@ -16,6 +16,7 @@ from typing import Any
 
 from pipeline.engine.profile import cpu_model
 from pipeline.engine.registry import PairEntry
+from pipeline.engine.translator import resolve_device
 from pipeline.settings import Settings
 
 
@@ -70,14 +71,16 @@ class RunSettings:
     @classmethod
     def of(cls, settings: Settings, entry: PairEntry) -> RunSettings:
         e, w = settings.engine, settings.worker
+        device = resolve_device(e.device)
+        replicas, per_replica = e.threads(device)
         return cls(
             pair=entry.pair.id,
             model_id=entry.model_id,
             decoding=entry.decoding,
-            device=e.device,
+            device=device,
             compute_type=e.compute_type or entry.compute_type,
-            inter_threads=e.inter_threads,
-            intra_threads=e.intra_threads,
+            inter_threads=replicas,
+            intra_threads=per_replica,
             beam_size=e.beam_size,
             max_messages=w.max_messages,
             max_wait_s=w.max_wait_s,

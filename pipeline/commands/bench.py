@@ -114,8 +114,8 @@ def _sizes(
     """``n``, or as many requests as the engine handles in about ``seconds``.
 
     Estimated from the model's measured call cost on texts of the bench
-    workload, in calls of 32 (or of one); at least 100 (20 one at a time),
-    at most 2,000.
+    workload, in calls of 32 on every replica at once (or of one, one at a
+    time); at least 100 (20 one at a time), at most 2,000.
     """
     if n is not None:
         return n
@@ -123,8 +123,8 @@ def _sizes(
 
     sample = translator.prepare(make_texts(100, 0.0, seed=99), pair)
     mean = math.ceil(sum(p.tokens for p in sample) / len(sample))
-    batch, lo = (1, 20) if one_at_a_time else (32, 100)
-    per_text: float = translator.cost_model(pair).seconds(batch, mean) / batch
+    batch, lo, side_by_side = (1, 20, 1) if one_at_a_time else (32, 100, translator.inter_threads)
+    per_text: float = translator.cost_model(pair).seconds(batch, mean) / batch / side_by_side
     return max(lo, min(2000, math.floor(seconds / per_text)))
 
 
@@ -184,8 +184,8 @@ def engine(
                 [ctx.target.entry],
                 device=e.device,
                 compute_type=ctype,
-                inter_threads=e.inter_threads,
-                intra_threads=e.intra_threads,
+                inter_threads=profiled.inter_threads,
+                intra_threads=profiled.intra_threads,
                 beam_size=e.beam_size,
             )
             prepared = translator.prepare(texts, pair)
@@ -542,7 +542,7 @@ def adaptive(
     type=click.IntRange(1),
     multiple=True,
     help="Engine replicas of the worker (engine.inter_threads); repeat to compare "
-    "several in one run [default: the setting].",
+    "several in one run [default: the setting's, 2 on a CPU].",
 )
 @click.pass_obj
 def interference(
@@ -570,7 +570,7 @@ def interference(
         rate = round(0.1 / translator.cost_model(ctx.target.entry.pair).seconds(1, 24), 2)
         del translator
     n = n or max(8, round(rate * seconds))
-    counts = replicas or (ctx.settings.engine.inter_threads,)
+    counts = replicas or (ctx.run_settings.inter_threads,)
     runs: dict[str, Any] = {}
     ratios: dict[str, float | None] = {}
     bulk_extra: dict[str, Any] = {}

@@ -110,9 +110,11 @@ def worker(
             raise click.UsageError("--router-only serves no pairs; drop --pairs")
         pair_ids: list[str] = []
         served: list[ServedPair] = []
+        replicas = 1
     else:
         pair_ids = [p.strip() for p in pairs.split(",")] if pairs else sorted(deployment)
         translator = CTranslate2Translator.from_settings(settings.engine, pair_ids)
+        replicas = translator.inter_threads
         served = [
             ServedPair(
                 entry.pair,
@@ -143,7 +145,7 @@ def worker(
     ctx = WorkerContext(
         settings=settings,
         cache=cache,
-        gate=PriorityGate(settings.engine.inter_threads),
+        gate=PriorityGate(replicas),
         fidelity=FidelityService.from_settings(settings),
     )
     app, shell = create_app(

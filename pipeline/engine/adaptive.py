@@ -114,13 +114,18 @@ class AdaptiveBatching:
         *,
         smoothing: float = 0.3,
         initial_tokens: float = 32.0,
+        replicas: int = 1,
     ) -> None:
+        """``replicas``: the engine calls this pair's batches may run side by side."""
         if limits.p95_ms <= 0:
             raise ValueError("the latency objective must be > 0 ms")
         if not 0 < smoothing <= 1:
             raise ValueError("smoothing must be in (0, 1]")
+        if replicas < 1:
+            raise ValueError("replicas must be >= 1")
         self.limits = limits
         self.cost = cost
+        self.replicas = replicas
         self._alpha = smoothing
         self._share = limits.latency_share
         self._mode = LATENCY
@@ -231,13 +236,14 @@ class AdaptiveBatching:
         n = limits.min_messages
         while n < limits.max_messages and self.cost.seconds(n + 1, longest) <= allowed:
             n += 1
-        # keeping up is judged by the engine's measured speed; the share above stays
-        # the model's, since smaller calls on a slow engine only queue more (the
-        # outer loop tunes the share from the measured P95 instead)
+        # keeping up is judged by the engine's measured speed, every replica computing;
+        # the share above stays the model's, since smaller calls on a slow engine only
+        # queue more (the outer loop tunes the share from the measured P95 instead)
         needed_per_s = self._arrivals_per_s / limits.max_utilisation
         while (
             n < limits.max_messages
-            and n / (self.cost.seconds(n, longest) * self._correction) < needed_per_s
+            and self.replicas * n / (self.cost.seconds(n, longest) * self._correction)
+            < needed_per_s
         ):
             n += 1
         return BatchingKnobs(self.limits.min_wait_s, n, self._budget(n))

@@ -4,16 +4,19 @@
 
 * ``prep`` — tokenisation and length counting (:meth:`EngineLane.prepare`),
   building a call's input and turning its output into translations;
-* ``compute`` — the model call itself (CTranslate2 releases the GIL).
+* ``compute`` — the model calls themselves (CTranslate2 releases the GIL),
+  one thread per model replica, so calls on different replicas run side by
+  side.
 
 Neither is the loop's default executor; Redis calls have their own
 (:class:`pipeline.cache.TwoLevelCache`).
 
 :meth:`EngineLane.run_plan` runs a :class:`~pipeline.engine.batching.BatchPlan`
-as a three-stage pipeline (read-ahead, as CTranslate2's own
-``translate_iterable`` does): while the model computes sub-batch *k*, the
-prep thread builds the input of *k + 1* and finishes *k − 1*. The texts were
-tokenised once, by :meth:`EngineLane.prepare`, before planning.
+as a pipeline (read-ahead, as CTranslate2's own ``translate_iterable``
+does): while the model computes sub-batch *k*, the prep thread builds the
+input of *k + 1* and finishes *k − 1*. With a ``width`` of two or more, up
+to that many of the plan's calls compute at once, one per replica. The texts
+were tokenised once, by :meth:`EngineLane.prepare`, before planning.
 
 The lane drives a translator in four stages (:class:`StagedTranslator`):
 ``CTranslate2Translator`` is one; :class:`WholeTexts` makes one of any
@@ -119,12 +122,16 @@ async def _at_once(work: Awaitable[T]) -> T:
 
 
 class EngineLane(Generic[P]):
-    """One translator's prep and compute executors, and the overlapped run of a plan."""
+    """One translator's prep and compute executors, and the overlapped run of a plan.
 
-    def __init__(self, translator: StagedTranslator[P]) -> None:
+    ``replicas``: the model calls that may compute at once (CTranslate2's
+    ``inter_threads``); the worker's gate decides who gets them.
+    """
+
+    def __init__(self, translator: StagedTranslator[P], replicas: int = 1) -> None:
         self.translator = translator
         self.prep = ThreadPoolExecutor(1, thread_name_prefix="engine-prep")
-        self.compute = ThreadPoolExecutor(1, thread_name_prefix="engine-compute")
+        self.compute = ThreadPoolExecutor(replicas, thread_name_prefix="engine-compute")
 
     async def _in(self, executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(executor, call)
@@ -158,50 +165,54 @@ class EngineLane(Generic[P]):
         pair: Pair,
         through: Through = _at_once,
         on_last_call: Callable[[], None] | None = None,
+        width: int = 1,
     ) -> list[SubBatchOutcome]:
         """Run every sub-batch of ``plan``, overlapping calls with their neighbours' prep work.
 
         Each model call runs ``through`` the caller's gate (``lambda work:
-        gate.run(priority, work)``). A failing call does not stop the others;
-        its outcome carries the error, for the caller to narrow down.
-        ``on_last_call`` runs when the plan's last call gets the engine (past
-        the gate), before it computes.
+        gate.run(priority, work)``); at most ``width`` of them are under way
+        at once (the replicas the caller may hold). A failing call does not
+        stop the others; its outcome carries the error, for the caller to
+        narrow down. ``on_last_call`` runs when the plan's last call gets the
+        engine (past the gate), before it computes. Outcomes are in the
+        plan's order.
         """
         translator = self.translator
         groups = [[prepared[i] for i in sub.indices] for sub in plan.sub_batches]
-        outcomes: list[SubBatchOutcome] = []
+        slots = asyncio.Semaphore(width)
 
         def encode(k: int) -> asyncio.Future[Any]:
             return asyncio.ensure_future(self._in(self.prep, lambda: translator.encode(groups[k])))
 
-        async def finish(k: int, outputs: Any, engine_s: float) -> SubBatchOutcome:
+        async def call_and_finish(k: int, sources: Any) -> SubBatchOutcome:
             sub = plan.sub_batches[k]
-            if isinstance(outputs, Exception):
-                return SubBatchOutcome(sub, None, outputs, engine_s)
+            last = k + 1 == len(groups)
+            try:
+                outputs, engine_s = await through(
+                    self._model(sources, pair, on_last_call if last else None)
+                )
+            except Exception as exc:
+                return SubBatchOutcome(sub, None, exc, 0.0)
+            finally:
+                slots.release()  # the next call may start while this one's output is read
             done = await self._in(self.prep, lambda: translator.assemble(groups[k], outputs, pair))
             return SubBatchOutcome(sub, done, None, engine_s)
 
-        next_sources = encode(0) if groups else None
-        previous: asyncio.Future[SubBatchOutcome] | None = None
-        for k in range(len(groups)):
-            assert next_sources is not None
-            sources = await next_sources
-            last = k + 1 == len(groups)
-            model = self._model(sources, pair, on_last_call if last else None)
-            call = asyncio.ensure_future(through(model))
-            # read-ahead: the next input and the previous output, while the model runs
-            next_sources = encode(k + 1) if k + 1 < len(groups) else None
-            if previous is not None:
-                outcomes.append(await previous)
-            outputs: Any
-            try:
-                outputs, engine_s = await call
-            except Exception as exc:
-                outputs, engine_s = exc, 0.0
-            previous = asyncio.ensure_future(finish(k, outputs, engine_s))
-        if previous is not None:
-            outcomes.append(await previous)
-        return outcomes
+        running: list[asyncio.Task[SubBatchOutcome]] = []
+        try:
+            next_sources = encode(0) if groups else None
+            for k in range(len(groups)):
+                assert next_sources is not None
+                sources = await next_sources
+                await slots.acquire()
+                running.append(asyncio.ensure_future(call_and_finish(k, sources)))
+                # read-ahead: the next input while the model runs
+                next_sources = encode(k + 1) if k + 1 < len(groups) else None
+            return [await task for task in running]
+        except BaseException:
+            for task in running:  # cancelled, or a bug: the plan's other calls go too
+                task.cancel()
+            raise
 
     async def call(self, work: Callable[[], T]) -> T:
         """Any other blocking model call (e.g. with attention), in the compute thread."""

@@ -36,7 +36,10 @@ log = logging.getLogger(__name__)
 class BatchShaper:
     """Batch shape for one pair and priority: static, or adaptive (interactive only)."""
 
-    def __init__(self, settings: Settings, pair: Pair, cost: CostModel, *, bulk: bool) -> None:
+    def __init__(
+        self, settings: Settings, pair: Pair, cost: CostModel, *, bulk: bool, replicas: int = 1
+    ) -> None:
+        """``replicas``: the engine calls of this pair and priority that may run at once."""
         w, b = settings.worker, settings.batching
         self.pair = pair
         self.cost = cost
@@ -52,7 +55,7 @@ class BatchShaper:
             limits = ControllerLimits(
                 p95_ms=b.objective_ms(pair.id), min_wait_s=b.min_wait_s, max_messages=b.max_messages
             )
-            self.controller = AdaptiveBatching(limits, cost)
+            self.controller = AdaptiveBatching(limits, cost, replicas=replicas)
             metrics.set_batching_state(pair.id, self.controller.state)
         self._lag: int | None = None
         self._lag_growing = False

@@ -332,12 +332,14 @@ class CTranslate2Translator(Translator):
     ) -> CTranslate2Translator:
         """Load the registry named in ``settings`` and only the ``pairs`` asked for."""
         registry = Registry.load(settings.registry)
+        device = resolve_device(settings.device)
+        replicas, per_replica = settings.threads(device)
         return cls(
             registry.entries(pairs),
-            device=settings.device,
+            device=device,
             compute_type=settings.compute_type,
-            inter_threads=settings.inter_threads,
-            intra_threads=settings.intra_threads,
+            inter_threads=replicas,
+            intra_threads=per_replica,
             beam_size=settings.beam_size,
             max_batch_tokens=settings.max_batch_tokens,
             profiles=ProfileCache(settings.profile_cache) if settings.profile else None,

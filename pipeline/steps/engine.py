@@ -57,15 +57,16 @@ def is_engine_fault(exc: BaseException) -> bool:
 
 
 class EngineRunner:
-    """Runs distinct texts through the translator in planned sub-batches, one call at a time.
+    """Runs distinct texts through the translator in planned sub-batches.
 
     Texts are tokenised once and planned in the engine's prep thread, calls
-    run in its compute thread (:class:`~pipeline.engine.overlap.EngineLane`,
+    run in its compute threads (:class:`~pipeline.engine.overlap.EngineLane`,
     with read-ahead), and every call goes through the worker's shared
-    :class:`PriorityGate` (interactive before bulk). Sub-batches are cut by
-    the model's measured call costs: by ``shaper``'s batcher when given
-    (adaptive knobs, bulk calls bounded in time), else by ``batcher``'s
-    budget.
+    :class:`PriorityGate` (interactive before bulk); a plan's calls run side
+    by side on as many replicas as the gate gives their priority. Sub-batches
+    are cut by the model's measured call costs: by ``shaper``'s batcher when
+    given (adaptive knobs, bulk calls bounded in time), else by
+    ``batcher``'s budget.
     """
 
     def __init__(
@@ -78,7 +79,7 @@ class EngineRunner:
         shaper: BatchShaper | None = None,
     ) -> None:
         self._translator = translator
-        self._lane: EngineLane[Any] = EngineLane(staged(translator))
+        self._lane: EngineLane[Any] = EngineLane(staged(translator), gate.replicas)
         self._batcher = batcher
         self._gate = gate
         self._priority = priority
@@ -116,7 +117,9 @@ class EngineRunner:
         stats.padded_tokens += plan.padded_tokens
         stats.pad_tokens += plan.pad_tokens
         stats.engine_estimated_s += plan.estimated_s
-        outcomes = await self._lane.run_plan(prepared, plan, pair, self._through, on_last_call)
+        outcomes = await self._lane.run_plan(
+            prepared, plan, pair, self._through, on_last_call, self._gate.share(self._priority)
+        )
         out: list[Translation | Rejected | None] = [None] * len(texts)
         for outcome in outcomes:
             indices = outcome.sub_batch.indices

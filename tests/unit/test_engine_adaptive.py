@@ -110,8 +110,8 @@ def simulate(
     return Run(np.array(latencies), len(latencies) / span, modes)
 
 
-def adaptive() -> AdaptiveBatching:
-    return AdaptiveBatching(ControllerLimits(p95_ms=OBJECTIVE_MS), COST)
+def adaptive(replicas: int = 1) -> AdaptiveBatching:
+    return AdaptiveBatching(ControllerLimits(p95_ms=OBJECTIVE_MS), COST, replicas=replicas)
 
 
 def test_low_load_meets_the_objective_where_static_large_batches_miss_it():
@@ -187,13 +187,13 @@ def test_invalid_limits():
         AdaptiveBatching(ControllerLimits(p95_ms=0), COST)
 
 
-def test_latency_batches_keep_up_with_the_arrival_rate() -> None:
-    # 20 requests/s, each batch's newest 0.1 s after the previous one's: 2 per batch
-    controller = adaptive()
+def _fed(replicas: int, per_s: int) -> tuple[AdaptiveBatching, int, int]:
+    """A controller fed ``per_s`` requests/s (batches 0.1 s apart): its cap, and the share's."""
+    controller = adaptive(replicas)
     share_only = controller.knobs.max_messages
     for i in range(30):
         knobs = controller.observe_batch(
-            size=2,
+            size=per_s // 10,
             full=False,
             queue_delay_s=0.01,
             service_s=0.07,
@@ -201,13 +201,25 @@ def test_latency_batches_keep_up_with_the_arrival_rate() -> None:
             longest_tokens=50,
             newest_submitted_s=0.1 * i,
         )
+    return controller, knobs.max_messages, share_only
+
+
+@pytest.mark.parametrize(("replicas", "per_s"), [(1, 20), (2, 40)])
+def test_latency_batches_keep_up_with_the_arrival_rate(replicas: int, per_s: int) -> None:
+    controller, n, share_only = _fed(replicas, per_s)
     longest = int(np.ceil(controller.state.longest_tokens))
     assert controller.state.mode == LATENCY
-    assert controller.state.arrivals_per_s == pytest.approx(20, rel=0.01)
-    n = knobs.max_messages
+    assert controller.state.arrivals_per_s == pytest.approx(per_s, rel=0.01)
     assert n > share_only, "the share of the objective alone would not keep up"
-    utilisation = controller.limits.max_utilisation
-    assert n / COST.seconds(n, longest) >= 20 / utilisation > (n - 1) / COST.seconds(n - 1, longest)
+    needed = per_s / controller.limits.max_utilisation
+    # every replica computes a batch at once: the smallest batch that keeps up
+    assert replicas * n / COST.seconds(n, longest) >= needed
+    assert replicas * (n - 1) / COST.seconds(n - 1, longest) < needed
+
+
+def test_two_replicas_at_twice_the_rate_batch_as_one_does() -> None:
+    assert _fed(2, 40)[1] == _fed(1, 20)[1]
+    assert _fed(2, 20)[1] < _fed(1, 20)[1], "the same load on two replicas: smaller batches"
 
 
 # the bench model's measured costs (`models build-bench`, 1 thread): a call's decoder

@@ -1,9 +1,10 @@
-"""EngineLane: work off the loop, in order, with the next call's prep overlapping the model."""
+"""EngineLane: work off the loop, in order, prep overlapping the model, calls side by side."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -15,6 +16,9 @@ from pipeline.engine.segment import Piece
 from pipeline.engine.translator import PreparedText, Translation
 from pipeline.errors import EngineError
 from pipeline.pairs import Pair
+from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
+from pipeline.steps.base import BatchStats
+from pipeline.steps.engine import EngineRunner
 
 PAIR = Pair("en", "en-XA")
 
@@ -193,3 +197,65 @@ def test_translate_one_call_raises_the_engine_error():
             await lane.translate(await lane.prepare(["x y"], PAIR), PAIR)
 
     asyncio.run(go())
+
+
+class _Meeting(FakeTranslator):
+    """Each model call waits, in its compute thread, until ``expected`` calls are running."""
+
+    def __init__(self, expected: int, timeout_s: float = 5.0) -> None:
+        super().__init__()
+        self.meeting = threading.Barrier(expected, timeout=timeout_s)
+
+    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
+        self.meeting.wait()  # broken (an error) if the calls ran one at a time
+        return super().run(sources, pair)
+
+
+def test_with_width_two_two_calls_compute_at_once_and_outcomes_keep_the_plan_order():
+    fake = _Meeting(expected=2)
+    lane = EngineLane(fake, replicas=2)
+    _, plan, outcomes = _run(lane, TEXTS, width=2)
+    assert [o.error for o in outcomes] == [None, None]
+    assert [o.sub_batch for o in outcomes] == list(plan.sub_batches)
+    runs = {name for what, name in fake.events if what.startswith("run")}
+    assert len(runs) == 2, "two compute threads, one per replica"
+    lane.close()
+
+
+def test_width_one_keeps_calls_one_at_a_time_even_with_two_replicas():
+    # bulk's share when there are two replicas: its calls never meet
+    lane = EngineLane(_Meeting(expected=2, timeout_s=0.3), replicas=2)
+    _, _, outcomes = _run(lane, TEXTS, width=1)
+    assert all(isinstance(o.error, threading.BrokenBarrierError) for o in outcomes)
+    lane.close()
+
+
+class _Overlaps(FakeTranslator):
+    """Counts the model calls running at once; each takes 0.2 s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running = self.peak = 0
+
+    def cost_model(self, pair: Pair) -> CostModel:
+        return CHEAP_CALLS.cost
+
+    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(0.2)
+        with self.lock:
+            self.running -= 1
+        return super().run(sources, pair)
+
+
+@pytest.mark.parametrize(("priority", "at_once"), [(INTERACTIVE, 2), (BULK, 1)])
+def test_a_runner_runs_as_many_calls_at_once_as_the_gate_gives_its_priority(priority, at_once):
+    fake = _Overlaps()
+    runner = EngineRunner(fake, CHEAP_CALLS, PriorityGate(2), priority)  # type: ignore[arg-type]
+    stats = BatchStats()
+    out = asyncio.run(runner.run(TEXTS, PAIR, stats))
+    assert [t.text for t in out] == [t.upper() for t in TEXTS]
+    assert len(stats.engine_batches) == 2
+    assert fake.peak == at_once

@@ -187,3 +187,9 @@ def test_calls_never_exceed_replicas_nor_bulk_its_share_under_mixed_load() -> No
 def test_a_gate_needs_a_replica() -> None:
     with pytest.raises(ValueError, match="replicas must be >= 1"):
         PriorityGate(0)
+
+
+def test_the_share_of_each_priority() -> None:
+    assert (PriorityGate(1).share(INTERACTIVE), PriorityGate(1).share(BULK)) == (1, 1)
+    assert (PriorityGate(2).share(INTERACTIVE), PriorityGate(2).share(BULK)) == (2, 1)
+    assert PriorityGate(3).replicas == 3 and PriorityGate(3).share(BULK) == 2

@@ -70,9 +70,29 @@ def test_engine_replicas_share_the_cores_unless_threads_are_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 9)  # 8 cores for the engine, 1 for the loop
-    monkeypatch.setenv("BABELSTREAM_ENGINE__INTER_THREADS", "2")
-    assert settings_from_environment().engine.intra_threads == 4
+    monkeypatch.setenv("BABELSTREAM_ENGINE__INTER_THREADS", "4")
+    assert settings_from_environment().engine.threads("cpu") == (4, 2)
     monkeypatch.setenv("BABELSTREAM_ENGINE__INTER_THREADS", "16")
-    assert settings_from_environment().engine.intra_threads == 1, "at least one thread each"
+    assert settings_from_environment().engine.threads("cpu") == (16, 1), "one thread each"
     monkeypatch.setenv("BABELSTREAM_ENGINE__INTRA_THREADS", "3")
-    assert settings_from_environment().engine.intra_threads == 3, "a set value is kept"
+    assert settings_from_environment().engine.threads("cpu") == (16, 3), "a set value is kept"
+
+
+def test_unset_replicas_are_two_on_a_cpu_and_one_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    engine = settings_from_environment().engine
+    # two calls of one thread each, side by side, on the 2 cores (README: 1.9x one replica)
+    assert engine.threads("cpu") == (2, 1)
+    assert engine.threads("cuda")[0] == 1, "a GPU replica is a second copy in its memory"
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert engine.threads("cpu") == (1, 1)
+
+
+def test_batches_in_flight_are_one_more_than_the_replicas_unless_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # every replica computes a batch while one more publishes
+    assert settings_from_environment().worker.in_flight(replicas=2) == 3
+    assert settings_from_environment().worker.in_flight(replicas=1) == 2
+    monkeypatch.setenv("BABELSTREAM_WORKER__BATCHES_IN_FLIGHT", "1")
+    assert settings_from_environment().worker.in_flight(replicas=2) == 1, "a set value is kept"
