@@ -63,7 +63,7 @@ class StagedTranslator(Protocol[P]):
         ...
 
     def run(self, sources: Any, pair: Pair) -> Any:
-        """The model call (compute thread)."""
+        """The model call (a compute thread)."""
         ...
 
     def assemble(self, prepared: Sequence[P], outputs: Any, pair: Pair) -> list[Translation]:
@@ -215,13 +215,13 @@ class EngineLane(Generic[P]):
             raise
 
     async def call(self, work: Callable[[], T]) -> T:
-        """Any other blocking model call (e.g. with attention), in the compute thread."""
+        """Any other blocking model call (e.g. with attention), in a compute thread."""
         return await self._in(self.compute, work)
 
     async def _model(
         self, sources: Any, pair: Pair, on_start: Callable[[], None] | None = None
     ) -> tuple[Any, float]:
-        """The model call in the compute thread, and its duration measured there."""
+        """The model call in a compute thread, and its duration measured there."""
         if on_start is not None:
             on_start()
 
