@@ -7,22 +7,15 @@ import pytest
 from pipeline.bench import engine
 from pipeline.bench.report import EngineFigures, bracketed_rate
 from pipeline.pairs import Pair
+from tests.fakes import FakeClock
 
 PAIR = Pair.parse("en_en-XB")
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class _Translator:
     """Each call takes ``call_s`` of the fake clock and is recorded."""
 
-    def __init__(self, clock: _Clock, call_s: float) -> None:
+    def __init__(self, clock: FakeClock, call_s: float) -> None:
         self.clock = clock
         self.call_s = call_s
         self.calls: list[object] = []
@@ -35,8 +28,8 @@ class _Translator:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    fake = _Clock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock(0.0)
     monkeypatch.setattr(engine.time, "perf_counter", fake)
     return fake
 

@@ -6,16 +6,9 @@ import pytest
 
 from pipeline.cancel import CancelRegistry, apply_record, cancels_for
 from pipeline.messages import CancelRequest, TranslationRequest
+from tests.fakes import FakeClock
 
 HORIZON = 60_000
-
-
-class Clock:
-    def __init__(self, now: int = 1_000_000) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def request(
@@ -32,12 +25,12 @@ def request(
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    return FakeClock(1_000_000)
 
 
 @pytest.fixture
-def registry(clock: Clock) -> CancelRegistry:
+def registry(clock: FakeClock) -> CancelRegistry:
     return CancelRegistry(HORIZON, max_entries=100, clock=clock)
 
 
@@ -71,7 +64,9 @@ def test_latest_cancel_of_a_target_wins(registry: CancelRegistry) -> None:
     assert registry.cancel_for(request("r-1", 1_000_500)) is not None
 
 
-def test_cancels_expire_after_the_longest_deadline(registry: CancelRegistry, clock: Clock) -> None:
+def test_cancels_expire_after_the_longest_deadline(
+    registry: CancelRegistry, clock: FakeClock
+) -> None:
     registry.add(CancelRequest(request_id="r-1", cancelled_at=clock.now))
     registry.add(CancelRequest(request_id="old", cancelled_at=clock.now - HORIZON))
     assert len(registry) == 1, "a cancel older than the horizon covers nothing alive"
@@ -82,7 +77,7 @@ def test_cancels_expire_after_the_longest_deadline(registry: CancelRegistry, clo
     assert len(registry) == 0
 
 
-def test_memory_is_capped(clock: Clock) -> None:
+def test_memory_is_capped(clock: FakeClock) -> None:
     registry = CancelRegistry(HORIZON, max_entries=10, clock=clock)
     for cancel in cancels_for([f"r-{i}" for i in range(25)], at=clock.now):
         registry.add(cancel)

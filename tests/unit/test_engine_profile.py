@@ -12,14 +12,7 @@ from pipeline.engine.profile import (
     choose_compute_type,
     measure_profile,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock
 
 
 class FakeEngine:
@@ -54,7 +47,7 @@ def test_fit_keeps_coefficients_non_negative():
 
 
 def test_calibrate_times_every_shape_after_a_warm_up():
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     engine = FakeEngine(clock, CostModel(0.01, 0.001, 0.0002))
     model, timings = calibrate(engine.run, [(1, 8), (4, 16), (8, 8)], repeats=2, clock=clock)
     assert engine.calls == [(1, 8), (1, 8), (1, 8), (4, 16), (4, 16), (8, 8), (8, 8)]
@@ -63,7 +56,7 @@ def test_calibrate_times_every_shape_after_a_warm_up():
 
 
 def test_chooser_keeps_the_fastest_compute_type():
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     # float32 is the fast one here (as on the demo model at large batches)
     speeds = {"int8": 0.002, "int8_float32": 0.003, "float32": 0.001}
     loaded: list[str] = []
@@ -85,7 +78,7 @@ def test_chooser_keeps_the_fastest_compute_type():
 
 
 def test_chooser_ties_go_to_the_earlier_candidate():
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     choice = choose_compute_type(
         ["int8", "float32"],
         lambda c: FakeEngine(clock, CostModel(0.0, 0.0, 1e-4)),
@@ -101,7 +94,7 @@ def test_chooser_ties_go_to_the_earlier_candidate():
 
 
 def test_profile_measures_the_chosen_type_and_caches_it(tmp_path):
-    clock = FakeClock()
+    clock = FakeClock(0.0)
     costs = {"int8": CostModel(0.001, 0.0, 1e-4), "float32": CostModel(0.001, 0.0, 3e-4)}
     profile = measure_profile(
         "auto",
@@ -141,7 +134,7 @@ def test_candidates_follow_the_device():
 
 def test_a_load_burst_does_not_decide_the_choice():
     """Candidates take turns and are judged by their fastest call."""
-    clock = FakeClock()
+    clock = FakeClock(0.0)
 
     class Bursty(FakeEngine):
         def __init__(self, cost: CostModel, burst_on: set[int]) -> None:

@@ -18,23 +18,16 @@ from pipeline.fairness import (
     tenant_label,
 )
 from pipeline.settings import BatchingSettings, WorkerSettings
+from tests.fakes import FakeClock
 
 Item = tuple[str, int, int]  # (tenant, cost, sequence number)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def drr(
     weights: dict[str, float] | None = None,
     quantum: int = 10,
     max_items: int = 64,
-    clock: Clock | None = None,
+    clock: FakeClock | None = None,
     sort_window: int = 1,
 ) -> DeficitRoundRobin[Item]:
     weights = weights or {}
@@ -46,12 +39,12 @@ def drr(
         max_items=max_items,
         active_s=5.0,
         sort_window=sort_window,
-        clock=clock or Clock(),
+        clock=clock or FakeClock(100.0),
     )
 
 
 def test_a_lone_tenant_fills_rounds_and_short_rounds_last_while_others_are_active() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     fair = drr(quantum=10, max_items=64, clock=clock)
     fair.offer(items("flood", 1000))
     assert len(fair.next_round()) == 64, "nobody waits behind a lone tenant: full rounds"

@@ -13,6 +13,7 @@ from pipeline.fidelity.restore import Restored
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
 from pipeline.fidelity.store import GlossaryCache, GlossaryUnavailable, StoredGlossary
 from pipeline.messages import GlossaryTerm, TranslationRequest, TranslationResult
+from tests.fakes import FakeClock
 from tests.unit.fidelity_fakes import AligningPseudoTranslator
 
 
@@ -36,14 +37,6 @@ class FakeStore:
         return self.versions.get((tenant, pair, name))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def request(**fields) -> TranslationRequest:
     base = {
         "request_id": "r",
@@ -63,12 +56,12 @@ def store() -> FakeStore:
     return s
 
 
-def service(store: FakeStore, clock: Clock) -> FidelityService:
+def service(store: FakeStore, clock: FakeClock) -> FidelityService:
     return FidelityService(FidelityConfig(), GlossaryCache(store.load, 2.0, clock))
 
 
 def test_named_glossary_is_applied_and_reported(store):
-    svc = service(store, Clock())
+    svc = service(store, FakeClock(0.0))
     req = request(glossary="brand")
     glossary = svc.glossary(req)
     assert glossary is not None and not isinstance(glossary, Rejected)
@@ -86,7 +79,7 @@ def test_named_glossary_is_applied_and_reported(store):
 
 
 def test_new_version_is_picked_up_after_the_refresh_interval_and_changes_the_digest(store):
-    clock = Clock()
+    clock = FakeClock(0.0)
     svc = service(store, clock)
     req = request(glossary="brand")
     first = svc.glossary(req)
@@ -103,7 +96,7 @@ def test_new_version_is_picked_up_after_the_refresh_interval_and_changes_the_dig
 
 
 def test_inline_terms_win_and_a_missing_glossary_is_rejected(store):
-    svc = service(store, Clock())
+    svc = service(store, FakeClock(0.0))
     req = request(glossary="brand", terms=[GlossaryTerm(source="Kafka", target="Ķ")])
     glossary = svc.glossary(req)
     assert not isinstance(glossary, Rejected) and glossary is not None
@@ -113,7 +106,7 @@ def test_inline_terms_win_and_a_missing_glossary_is_rejected(store):
 
 
 def test_redis_down_uses_the_copy_held_else_is_transient(store):
-    clock = Clock()
+    clock = FakeClock(0.0)
     svc = service(store, clock)
     held = svc.glossary(request(glossary="brand"))
     store.down = True
@@ -124,7 +117,7 @@ def test_redis_down_uses_the_copy_held_else_is_transient(store):
 
 
 def test_bad_markup_is_rejected_with_its_reason(store):
-    svc = service(store, Clock())
+    svc = service(store, FakeClock(0.0))
     out = svc.prepare(request(text="<p>Hello <b>world</p>", format="html"), None)
     assert isinstance(out, Rejected) and out.reason == "bad_markup"
     assert "unexpected-end-tag" in out.message

@@ -42,6 +42,7 @@ from pipeline.sla import (
     to_late_result,
     to_sla_window,
 )
+from tests.fakes import FakeClock
 
 ROW: dict[str, Any] = {
     "series": "en_de",
@@ -348,14 +349,6 @@ def test_checkpoint_batches(tmp_path: Path) -> None:
     assert checkpoint_batches(tmp_path) == (10, 2)
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _report(batch: int, rows: int, ms: int = 200, ts: str = "t") -> dict[str, Any]:
     return {
         "batchId": batch,
@@ -393,7 +386,7 @@ def test_input_rows_count_a_source_scanned_twice_once() -> None:
 
 
 def test_progress_tracker_idles_after_the_last_input() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tracker = ProgressTracker(idle_s=5.0, clock=clock)
     clock.now += 60
     assert not tracker.idle(), "a query that has not reported yet is still starting"
