@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from cachetools import LRUCache
+
 from pipeline import metrics
 from pipeline.cache import CachedTranslation
 from pipeline.engine.batching import TokenBudgetBatcher
@@ -223,8 +225,13 @@ class EngineRunner:
 ItemsTranslator = Callable[[list[Item]], Awaitable[None]]
 
 
+# Translations an agent's batches finished lately, kept for batches that looked the
+# window up before their owner stored them there (see InFlightTexts).
+RECENT_TRANSLATIONS = 4096
+
+
 class InFlightTexts:
-    """The texts an agent's batches are translating right now, by digest.
+    """The texts an agent's batches are translating right now, or did lately, by digest.
 
     An agent runs more than one batch at a time (``worker.batches_in_flight``),
     so a batch's lookups can come while an earlier batch still translates the
@@ -232,10 +239,17 @@ class InFlightTexts:
     translation (cache level ``window``, as the window would have answered)
     instead of computing it again; if the earlier batch's translation failed
     or was abandoned, the item is translated with its own batch after all.
+
+    A batch's lookups can also come before an earlier batch *stored* a text
+    it has already translated (the window is written in the store step, and
+    a slow cache lookup, Redis being away, can hold a batch between its window
+    lookup and the engine for seconds). So the last ``recent`` translations
+    stay here, and answer such items the same way.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, recent: int = RECENT_TRANSLATIONS) -> None:
         self._pending: dict[str, asyncio.Future[CachedTranslation | None]] = {}
+        self._recent: LRUCache[str, CachedTranslation] = LRUCache(maxsize=recent)
 
     async def translate(self, todo: Sequence[Item], translate: ItemsTranslator) -> None:
         """``translate`` what no batch in flight is translating; wait for the rest."""
@@ -244,6 +258,10 @@ class InFlightTexts:
         waits: list[tuple[Item, asyncio.Future[CachedTranslation | None]]] = []
         owned: dict[str, tuple[Item, asyncio.Future[CachedTranslation | None]]] = {}
         for item in todo:
+            done = self._recent.get(item.digest) if item.digest else None
+            if done is not None:
+                item.translation, item.cache = done, "window"
+                continue
             pending = self._pending.get(item.digest) if item.digest else None
             if pending is not None:
                 waits.append((item, pending))
@@ -259,7 +277,10 @@ class InFlightTexts:
             for digest, (item, future) in owned.items():
                 if self._pending.get(digest) is future:
                     del self._pending[digest]
-                future.set_result(item.translation if item.error is None else None)
+                translation = item.translation if item.error is None else None
+                if translation is not None:
+                    self._recent[digest] = translation
+                future.set_result(translation)
 
         own = asyncio.ensure_future(translate(mine))
         own.add_done_callback(settle)

@@ -95,15 +95,39 @@ def test_a_cancelled_batch_releases_its_waiters() -> None:
     assert second[0].cache == "miss"
 
 
-def test_nothing_stays_claimed_once_batches_are_through() -> None:
-    async def scenario() -> InFlightTexts:
-        texts, engine = InFlightTexts(), SlowEngine()
+def test_a_batch_after_the_translation_is_answered_by_it_until_it_is_old() -> None:
+    # the later batch looked the window up before the first one stored "a" there
+    # (a slow cache lookup in between): the engine must not translate "a" again
+    async def scenario() -> tuple[list[Item], SlowEngine, list[Item], SlowEngine]:
+        texts, engine = InFlightTexts(recent=2), SlowEngine()
         engine.release.set()
         await texts.translate(_items("a", "b"), engine)
-        return texts
+        later, again = _items("a"), SlowEngine()
+        again.release.set()
+        await texts.translate(later, again)
+        await texts.translate(_items("c", "d"), engine)  # "a" and "b" age out
+        oldest, once_more = _items("a"), SlowEngine()
+        once_more.release.set()
+        await texts.translate(oldest, once_more)
+        return later, again, oldest, once_more
 
-    texts = asyncio.run(scenario())
-    again = SlowEngine()
-    again.release.set()
-    asyncio.run(texts.translate(_items("a"), again))
-    assert again.asked == [["a"]]  # a later batch finds no stale claim to wait on
+    later, again, oldest, once_more = asyncio.run(scenario())
+    assert again.asked == [[]]
+    assert (later[0].translation.text, later[0].cache) == ("T(a)", "window")
+    assert once_more.asked == [["a"]], "only the last `recent` translations are kept"
+    assert oldest[0].cache == "miss"
+
+
+def test_a_failed_translation_is_not_kept() -> None:
+    async def scenario() -> SlowEngine:
+        texts, failing = InFlightTexts(), SlowEngine()
+        failing.fail = True
+        failing.release.set()
+        with pytest.raises(TransientError):
+            await texts.translate(_items("a"), failing)
+        again = SlowEngine()
+        again.release.set()
+        await texts.translate(_items("a"), again)
+        return again
+
+    assert asyncio.run(scenario()).asked == [["a"]]  # no stale claim, nothing to reuse
