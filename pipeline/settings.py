@@ -250,6 +250,10 @@ class WorkerSettings(_Section):
     bulk_max_messages: int = Field(16, ge=1)
     bulk_token_budget: int = Field(1024, ge=1)
     l1_cache_size: int = Field(50_000, ge=0)
+    # translations an agent's batches finished lately, by digest: they answer a batch that
+    # looked the dedup window up before the batch that translated its text stored it there
+    # (pipeline.steps.engine.InFlightTexts)
+    recent_translations: int = Field(4096, ge=1)
     dedup_window_s: float = Field(300.0, gt=0)
     # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
     web_port: int = Field(6066, ge=0, le=65535)

@@ -25,7 +25,7 @@ from pipeline.pairs import RESULTS_TOPIC, Pair, pair_topic
 from pipeline.replies import ReplyTopicCheck
 from pipeline.routing import request_digest
 from pipeline.scheduling import INTERACTIVE, PriorityGate
-from pipeline.settings import LimitSettings
+from pipeline.settings import LimitSettings, WorkerSettings
 from pipeline.steps.base import Batch, Item, Outgoing, Record, RetryBudgetExhausted
 from pipeline.steps.chains import translation_steps
 from pipeline.steps.engine import EngineRunner
@@ -132,6 +132,7 @@ class Harness:
             cancels=self.cancels,
             quotas=self.backend.quotas(quotas),
             replies=ReplyCopies(producer, ReplyTopicCheck(self.backend.list_topics), 5.0),
+            recent_translations=WorkerSettings().recent_translations,
         )
         self.runner = BatchRunner(
             steps,

@@ -418,6 +418,7 @@ def _add_pair_agents(
             cancels=controls.cancels,
             quotas=controls.quotas,
             replies=replies,
+            recent_translations=w.recent_translations,
             fidelity=ctx.fidelity,
         )
         runner = BatchRunner(

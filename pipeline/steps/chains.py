@@ -39,6 +39,7 @@ def translation_steps(
     cancels: CancelLookup,
     quotas: Quotas,
     replies: ReplyCopies,
+    recent_translations: int,
     fidelity: FidelityService | None = None,
 ) -> list[Step]:
     """A translation agent's micro-batch: one result (or dead letter) per record.
@@ -47,7 +48,8 @@ def translation_steps(
     any lookup. Past the engine the batch hands off: the agent's next one may
     start while this one stores and publishes. With ``fidelity``, glossaries key
     the digest before any lookup and the engine step keeps markup, placeholders
-    and terms (``pipeline.fidelity``).
+    and terms (``pipeline.fidelity``). ``recent_translations``: how many finished
+    translations the engine step keeps for later batches (``worker.recent_translations``).
     """
     return [
         Decode(limits),
@@ -59,7 +61,11 @@ def translation_steps(
         InBatchDedup(),
         WindowLookup(window),
         CacheLookup(cache),
-        TranslateFaithfully(engine, fidelity) if fidelity else Translate(engine),
+        (
+            TranslateFaithfully(engine, fidelity, recent_translations)
+            if fidelity
+            else Translate(engine, recent_translations)
+        ),
         HandOff(),
         Store(cache, window),
         Resolve(),

@@ -225,11 +225,6 @@ class EngineRunner:
 ItemsTranslator = Callable[[list[Item]], Awaitable[None]]
 
 
-# Translations an agent's batches finished lately, kept for batches that looked the
-# window up before their owner stored them there (see InFlightTexts).
-RECENT_TRANSLATIONS = 4096
-
-
 class InFlightTexts:
     """The texts an agent's batches are translating right now, or did lately, by digest.
 
@@ -247,7 +242,8 @@ class InFlightTexts:
     stay here, and answer such items the same way.
     """
 
-    def __init__(self, recent: int = RECENT_TRANSLATIONS) -> None:
+    def __init__(self, recent: int) -> None:
+        """``recent``: how many settled translations stay to answer later batches."""
         self._pending: dict[str, asyncio.Future[CachedTranslation | None]] = {}
         self._recent: LRUCache[str, CachedTranslation] = LRUCache(maxsize=recent)
 
@@ -307,9 +303,10 @@ class Translate:
     whole fails.
     """
 
-    def __init__(self, runner: EngineRunner) -> None:
+    def __init__(self, runner: EngineRunner, recent: int) -> None:
+        """``recent``: settled translations kept for later batches (:class:`InFlightTexts`)."""
         self._runner = runner
-        self._in_flight = InFlightTexts()
+        self._in_flight = InFlightTexts(recent)
 
     async def __call__(self, batch: Batch) -> None:
         if batch.pair is None:

@@ -64,10 +64,11 @@ class TranslateFaithfully:
     narrowing to the poison input, canary); retries are rounds of their own.
     """
 
-    def __init__(self, runner: EngineRunner, service: FidelityService) -> None:
+    def __init__(self, runner: EngineRunner, service: FidelityService, recent: int) -> None:
+        """``recent``: settled translations kept for later batches (``InFlightTexts``)."""
         self._runner = runner
         self._service = service
-        self._in_flight = InFlightTexts()
+        self._in_flight = InFlightTexts(recent)
 
     async def __call__(self, batch: Batch) -> None:
         todo = [item for item in batch.unanswered() if item.request is not None]

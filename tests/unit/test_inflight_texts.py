@@ -7,8 +7,11 @@ import asyncio
 import pytest
 
 from pipeline.cache import CachedTranslation
+from pipeline.settings import WorkerSettings
 from pipeline.steps.base import Item, Record, TransientError
 from pipeline.steps.engine import InFlightTexts
+
+RECENT = WorkerSettings().recent_translations
 
 
 def _items(*digests: str) -> list[Item]:
@@ -35,7 +38,7 @@ class SlowEngine:
 
 def test_a_text_an_earlier_batch_is_translating_waits_for_it() -> None:
     async def scenario() -> tuple[list[Item], list[Item], SlowEngine]:
-        texts, engine = InFlightTexts(), SlowEngine()
+        texts, engine = InFlightTexts(RECENT), SlowEngine()
         first, second = _items("a", "b"), _items("b", "c")
         one = asyncio.create_task(texts.translate(first, engine))
         await asyncio.sleep(0)  # the first batch has claimed its texts
@@ -58,7 +61,7 @@ async def _second_batch_waiting_on(
     first: SlowEngine,
 ) -> tuple[asyncio.Task[None], asyncio.Task[None], list[Item], SlowEngine]:
     """A first batch translating "a" on ``first``, and a second batch that needs "a" too."""
-    texts, working = InFlightTexts(), SlowEngine()
+    texts, working = InFlightTexts(RECENT), SlowEngine()
     working.release.set()
     one = asyncio.create_task(texts.translate(_items("a"), first))
     await asyncio.sleep(0)
@@ -120,7 +123,7 @@ def test_a_batch_after_the_translation_is_answered_by_it_until_it_is_old() -> No
 
 def test_a_failed_translation_is_not_kept() -> None:
     async def scenario() -> SlowEngine:
-        texts, failing = InFlightTexts(), SlowEngine()
+        texts, failing = InFlightTexts(RECENT), SlowEngine()
         failing.fail = True
         failing.release.set()
         with pytest.raises(TransientError):

@@ -17,7 +17,7 @@ from pipeline.fidelity.service import FidelityService
 from pipeline.messages import TranslationRequest, now_ms
 from pipeline.pairs import Pair, pair_topic
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
-from pipeline.settings import load_settings
+from pipeline.settings import WorkerSettings, load_settings
 from pipeline.steps.base import Batch, BatchStats, Item, Record
 from pipeline.steps.engine import EngineRunner, Translate
 from pipeline.steps.fidelity import TranslateFaithfully
@@ -109,11 +109,13 @@ EngineStep = Callable[[Batch], Awaitable[None]]
 
 
 def _plain(runner: EngineRunner) -> EngineStep:
-    return Translate(runner)
+    return Translate(runner, WorkerSettings().recent_translations)
 
 
 def _faithful(runner: EngineRunner) -> EngineStep:
-    return TranslateFaithfully(runner, FidelityService(FidelityConfig(), None))
+    return TranslateFaithfully(
+        runner, FidelityService(FidelityConfig(), None), WorkerSettings().recent_translations
+    )
 
 
 @pytest.mark.parametrize("make_step", [_plain, _faithful], ids=["plain", "fidelity"])
