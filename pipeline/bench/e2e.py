@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from pipeline.bench.cpu import CpuMeter
 from pipeline.bench.load import run_load
 from pipeline.bench.naive import NAIVE_TOPIC
 from pipeline.bench.report import LoadFigures
@@ -74,8 +75,11 @@ def measure_e2e(
     if settings.tenants.fair_share and worker.last_request_at is not None:
         quiet_at = worker.last_request_at + settings.tenants.active_s
         time.sleep(max(0.0, quiet_at - time.monotonic()))
+    if worker.pid is None:
+        raise RuntimeError("measure_e2e needs a started worker")
     before = worker.stats()
-    report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
+    with CpuMeter(worker.pid, loop_thread=True) as meter:
+        report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
     worker.last_request_at = time.monotonic()
     after = worker.stats()
     summary = report.summary()
@@ -86,6 +90,7 @@ def measure_e2e(
         **delta,
         engine_busy_ratio=round(busy, 3) if busy is not None else None,
         offered_rps=rate,
+        cpu=meter.use,
     )
 
 

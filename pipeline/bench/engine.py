@@ -12,10 +12,12 @@
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from pipeline.bench.cpu import CpuMeter
 from pipeline.bench.report import EngineFigures
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.batching import TokenBudgetBatcher
@@ -111,14 +113,15 @@ def measure_ceiling(
         [[warm[i] for i in b] for b in batcher.plan([p.tokens for p in warm]).batches],
     )
     start = time.perf_counter()
-    prepared = translator.prepare(texts, pair)
-    plan = batcher.plan([p.tokens for p in prepared])
-    with ThreadPoolExecutor(translator.inter_threads) as replicas:
-        outputs = replicas.map(
-            lambda indices: translator.translate_prepared([prepared[i] for i in indices], pair),
-            plan.batches,
-        )
-        n_out = sum(r.output_tokens for results in outputs for r in results)
+    with CpuMeter(os.getpid()) as meter:
+        prepared = translator.prepare(texts, pair)
+        plan = batcher.plan([p.tokens for p in prepared])
+        with ThreadPoolExecutor(translator.inter_threads) as replicas:
+            outputs = replicas.map(
+                lambda indices: translator.translate_prepared([prepared[i] for i in indices], pair),
+                plan.batches,
+            )
+            n_out = sum(r.output_tokens for results in outputs for r in results)
     elapsed = time.perf_counter() - start
     return EngineFigures(
         batch_size=None,
@@ -130,4 +133,5 @@ def measure_ceiling(
         seconds=round(elapsed, 3),
         padding_ratio=round(plan.padding_ratio, 4),
         calls=len(plan.batches),
+        cpu=meter.use,
     )

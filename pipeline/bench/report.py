@@ -14,6 +14,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipeline.bench.cpu import CpuUse
 from pipeline.engine.profile import cpu_model
 from pipeline.engine.registry import PairEntry
 from pipeline.engine.translator import resolve_device
@@ -115,6 +116,9 @@ class LoadFigures:
     # engine_seconds / duration_s: near 1, the engine never waited for the pipeline
     engine_busy_ratio: float | None = None
     offered_rps: float | None = None
+    # where the machine's CPU went while the requests ran (the worker's engine, its loop,
+    # everything else); None where not measured
+    cpu: CpuUse | None = None
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any], **extra: Any) -> LoadFigures:
@@ -135,6 +139,8 @@ class EngineFigures:
     seconds: float
     padding_ratio: float | None = None
     calls: int = 0
+    # the cores the engine (this process) and everything else kept busy meanwhile
+    cpu: CpuUse | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,23 @@ def bracketed_rate(before: EngineFigures, after: EngineFigures) -> float:
     return 2 * before.sentences / total_s if total_s else 0.0
 
 
-def ratio(numerator: float, denominator: float) -> float | None:
-    """``numerator / denominator`` rounded; None (JSON null) when the denominator is 0."""
-    return round(numerator / denominator, 3) if denominator else None
+def engine_core_rate(run: LoadFigures) -> float | None:
+    """Requests per second per core the worker's engine kept busy; None where unmeasured."""
+    cpu = run.cpu
+    return run.throughput_rps / cpu.engine_cores if cpu is not None and cpu.engine_cores else None
+
+
+def bracketed_core_rate(before: EngineFigures, after: EngineFigures) -> float | None:
+    """Sentences per engine CPU second over a ceiling measured before and after (A-B-A)."""
+    if before.cpu is None or after.cpu is None:
+        return None
+    core_s = before.cpu.engine_cores * before.seconds + after.cpu.engine_cores * after.seconds
+    return (before.sentences + after.sentences) / core_s if core_s else None
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator`` rounded; None (JSON null) when either is unknown or the
+    denominator is 0."""
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 3)

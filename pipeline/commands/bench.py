@@ -287,7 +287,12 @@ def compare(
     """
     from pipeline.bench.e2e import measure_e2e, measure_naive
     from pipeline.bench.engine import measure_ceiling
-    from pipeline.bench.report import bracketed_rate, ratio
+    from pipeline.bench.report import (
+        bracketed_core_rate,
+        bracketed_rate,
+        engine_core_rate,
+        ratio,
+    )
     from pipeline.bench.target import bench_worker, refuse_if_served
     from pipeline.bench.workload import make_texts
     from pipeline.engine.batching import TokenBudgetBatcher
@@ -320,6 +325,11 @@ def compare(
         ),
         "e2e_over_naive": ratio(pipeline_run.throughput_rps, baseline.throughput_rps),
         "engine_after_over_before": ratio(ceiling_after.sentences_per_s, ceiling.sentences_per_s),
+        # the same, per core the engine kept busy: what is left of e2e/engine once the
+        # CPU that the broker, the load client and the worker's loop took is set aside
+        "e2e_over_engine_per_engine_core": ratio(
+            engine_core_rate(pipeline_run), bracketed_core_rate(ceiling, ceiling_after)
+        ),
     }
     notes = []
     if repeat_ratio:
@@ -335,7 +345,9 @@ def compare(
     )
     if not as_json:
         click.echo(
-            f"e2e/engine {ratios['e2e_over_engine']}  e2e/naive {ratios['e2e_over_naive']}  "
+            f"e2e/engine {ratios['e2e_over_engine']} "
+            f"(per engine core {ratios['e2e_over_engine_per_engine_core']})  "
+            f"e2e/naive {ratios['e2e_over_naive']}  "
             f"engine after/before {ratios['engine_after_over_before']}",
             err=True,
         )
