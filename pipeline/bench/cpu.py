@@ -12,8 +12,9 @@ second.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from types import TracebackType
 
 import psutil
 
@@ -46,13 +47,13 @@ def _busy_s() -> float:
 class CpuMeter:
     """CPU of process ``pid`` (its main thread apart, with ``loop_thread``) and of the rest.
 
-    Use as a context manager around the run; :attr:`use` holds the figures after it.
+    Measure with :func:`measured_cpu`; :attr:`use` holds the figures after the run.
     """
 
     def __init__(self, pid: int, *, loop_thread: bool = False) -> None:
         self._process = psutil.Process(pid)
         self._loop_thread = loop_thread
-        self._start: tuple[float, float, float, float] | None = None
+        self._start = self._sample()
         self.use: CpuUse | None = None
 
     def _sample(self) -> tuple[float, float, float, float]:
@@ -69,18 +70,8 @@ class CpuMeter:
         total = times.user + times.system
         return time.monotonic(), total, main, _busy_s()
 
-    def __enter__(self) -> CpuMeter:
-        self._start = self._sample()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._start is None or exc_type is not None:
-            return
+    def stop(self) -> None:
+        """Set :attr:`use` from what ran since the meter was made."""
         wall, total, main, busy = (b - a for a, b in zip(self._start, self._sample(), strict=True))
         if wall <= 0:
             return
@@ -92,3 +83,11 @@ class CpuMeter:
             other_cores=round(max(0.0, busy - total) / wall, 3),
             machine_cores=psutil.cpu_count() or 1,
         )
+
+
+@contextmanager
+def measured_cpu(pid: int, *, loop_thread: bool = False) -> Iterator[CpuMeter]:
+    """A :class:`CpuMeter` over the ``with`` block; a block that raises leaves it empty."""
+    meter = CpuMeter(pid, loop_thread=loop_thread)
+    yield meter
+    meter.stop()

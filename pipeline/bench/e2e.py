@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pipeline.bench.cpu import CpuMeter
+from pipeline.bench.cpu import measured_cpu
 from pipeline.bench.load import run_load
 from pipeline.bench.naive import NAIVE_TOPIC
 from pipeline.bench.report import LoadFigures
@@ -78,7 +78,7 @@ def measure_e2e(
     if worker.pid is None:
         raise RuntimeError("measure_e2e needs a started worker")
     before = worker.stats()
-    with CpuMeter(worker.pid, loop_thread=True) as meter:
+    with measured_cpu(worker.pid, loop_thread=True) as meter:
         report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
     worker.last_request_at = time.monotonic()
     after = worker.stats()

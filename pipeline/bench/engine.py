@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from pipeline.bench.cpu import CpuMeter
+from pipeline.bench.cpu import measured_cpu
 from pipeline.bench.report import EngineFigures
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.batching import TokenBudgetBatcher
@@ -113,7 +113,7 @@ def measure_ceiling(
         [[warm[i] for i in b] for b in batcher.plan([p.tokens for p in warm]).batches],
     )
     start = time.perf_counter()
-    with CpuMeter(os.getpid()) as meter:
+    with measured_cpu(os.getpid()) as meter:
         prepared = translator.prepare(texts, pair)
         plan = batcher.plan([p.tokens for p in prepared])
         with ThreadPoolExecutor(translator.inter_threads) as replicas:

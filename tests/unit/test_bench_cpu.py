@@ -6,7 +6,9 @@ import os
 import threading
 import time
 
-from pipeline.bench.cpu import CpuMeter, CpuUse
+import pytest
+
+from pipeline.bench.cpu import CpuUse, measured_cpu
 from pipeline.bench.report import (
     EngineFigures,
     LoadFigures,
@@ -24,7 +26,7 @@ def _spin(cpu_s: float) -> None:
 
 
 def test_a_thread_that_has_ended_still_counts_as_the_engines() -> None:
-    with CpuMeter(os.getpid(), loop_thread=True) as meter:
+    with measured_cpu(os.getpid(), loop_thread=True) as meter:
         worker = threading.Thread(target=_spin, args=(0.3,))
         worker.start()
         worker.join()
@@ -36,9 +38,9 @@ def test_a_thread_that_has_ended_still_counts_as_the_engines() -> None:
 
 
 def test_the_main_thread_is_the_loop_only_when_asked() -> None:
-    with CpuMeter(os.getpid(), loop_thread=True) as as_loop:
+    with measured_cpu(os.getpid(), loop_thread=True) as as_loop:
         _spin(0.2)
-    with CpuMeter(os.getpid()) as as_engine:
+    with measured_cpu(os.getpid()) as as_engine:
         _spin(0.2)
     assert as_loop.use is not None and as_loop.use.loop_cores is not None
     assert as_loop.use.loop_cores * as_loop.use.wall_s >= 0.15
@@ -47,13 +49,11 @@ def test_the_main_thread_is_the_loop_only_when_asked() -> None:
 
 
 def test_a_failed_run_has_no_figures() -> None:
-    meter = CpuMeter(os.getpid())
-    try:
-        with meter:
-            raise RuntimeError("the run failed")
-    except RuntimeError:
-        pass
-    assert meter.use is None
+    meters = []
+    with pytest.raises(RuntimeError, match="the run failed"), measured_cpu(os.getpid()) as meter:
+        meters.append(meter)
+        raise RuntimeError("the run failed")
+    assert meters[0].use is None
 
 
 def _cpu(engine_cores: float) -> CpuUse:
