@@ -144,6 +144,8 @@ def build_session(settings: Settings) -> SparkSession:
         .appName("babelstream-sla")
         .config("spark.jars", ",".join(str(jar) for jar in jars))
         .config("spark.driver.memory", sla.driver_memory)
+        .config("spark.driver.extraJavaOptions", sla.java_options)
+        .config("spark.executor.extraJavaOptions", sla.java_options)
         .config("spark.driver.host", sla.driver_host)
         .config("spark.driver.bindAddress", sla.driver_host)
         .config("spark.sql.shuffle.partitions", str(sla.shuffle_partitions))
@@ -275,11 +277,17 @@ def _counted_rows(stamped: DataFrame, sla: SlaSettings) -> DataFrame:
     """
     if not sla.dedup:
         return stamped.withColumn("counted", F.lit(True))
-    received = stamped.withColumn("counted", F.lit(False))
     first_copies = stamped.dropDuplicatesWithinWatermark(_dedup_keys(sla)).withColumn(
         "counted", F.lit(True)
     )
-    return received.unionByName(first_copies)
+    received = stamped.withColumn("counted", F.lit(False))
+    # First copies first: the first branch of the plan to read the shared shuffle holds
+    # the exchange itself, the others a ReusedExchange, and Spark's watermark
+    # propagation does not look through a ReusedExchange (PropagateWatermarkSimulator
+    # walks children only). A dedup reading one would get watermark 0 for good: it
+    # would never evict its state (every request id the job ever saw) nor drop late
+    # rows. tests/integration/test_sla_plan.py checks the plan and the eviction.
+    return first_copies.unionByName(received)
 
 
 def _occurrences(condition: Column) -> Column:

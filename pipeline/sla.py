@@ -378,13 +378,9 @@ class BatchStat:
     ms: int
 
 
-def input_rows(report: Mapping[str, Any], scans: int = 1) -> int:
-    """Records a micro-batch read, when its plan scans its one source ``scans`` times.
-
-    (With de-duplication the windows query reads its source in two branches,
-    and Spark's ``numInputRows`` counts both.)
-    """
-    return int(report.get("numInputRows") or 0) // scans
+def input_rows(report: Mapping[str, Any]) -> int:
+    """Records a micro-batch read (the job's plan scans its source once per micro-batch)."""
+    return int(report.get("numInputRows") or 0)
 
 
 @dataclass
@@ -403,8 +399,6 @@ class ProgressTracker:
     clock: Callable[[], float] = time.monotonic
     # called with the input rows of each new micro-batch that had some (progress bars)
     on_input: Callable[[int], object] | None = None
-    # how often the query's plan scans its source (2 with de-duplication)
-    scans: int = 1
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
     _last_input: float | None = field(default=None, init=False, repr=False)
@@ -421,7 +415,7 @@ class ProgressTracker:
             new.append(report)
             if self._last_input is None:
                 self._last_input = self.clock()
-            rows = input_rows(report, self.scans)
+            rows = input_rows(report)
             self._latest_had_input = rows > 0
             if rows:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))

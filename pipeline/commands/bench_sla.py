@@ -267,6 +267,7 @@ def report(
                 "percentile_accuracy",
                 "master",
                 "driver_memory",
+                "java_options",
                 "shuffle_partitions",
                 "state_store",
             )

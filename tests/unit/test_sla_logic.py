@@ -31,7 +31,6 @@ from pipeline.sla import (
     WindowFigures,
     checkpoint_batches,
     describe,
-    input_rows,
     late_watermark,
     objectives_met,
     parse_duration,
@@ -375,14 +374,6 @@ def test_progress_tracker_reports_input_rows_once() -> None:
     tracker.observe([_report(0, 100), _report(1, 0)])
     tracker.observe([_report(0, 100), _report(2, 50)])
     assert seen == [100, 50]
-
-
-def test_input_rows_count_a_source_scanned_twice_once() -> None:
-    assert input_rows({"numInputRows": 1000}, scans=2) == 500
-    assert input_rows({"numInputRows": 12}) == 12
-    tracker = ProgressTracker(scans=2)
-    tracker.observe([_report(0, 800)])
-    assert tracker.input_batches == [BatchStat(0, 400, 200)]
 
 
 def test_progress_tracker_idles_after_the_last_input() -> None:
