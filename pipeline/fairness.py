@@ -111,34 +111,33 @@ class DeficitRoundRobin(Generic[T]):
             self._held += 1
             self._last_seen[tenant] = self._clock()
 
-    def next_round(self, max_cost: float | None = None) -> list[T]:
+    def next_round(self, max_cost: float | None = None, max_items: int | None = None) -> list[T]:
         """The items of the next engine round (empty only when nothing is held).
 
         ``max_cost`` bounds a lone tenant's round (it may pass it by one
         quantum); with two or more active tenants a round is one pass anyway.
+        ``max_items`` lowers this round's item cap below the constructor's (the
+        batch size an adaptive controller asks for now).
         """
+        cap = max(1, min(self._max_items, self._max_items if max_items is None else max_items))
         crowded = self.active_tenants() > 1
         if not crowded and self._sort_window > 1 and len(self._queues) == 1:
-            return self._similar_round(max_cost)
+            return self._similar_round(max_cost, cap)
         chosen: list[T] = []
         cost = 0
         while self._held and (
             not chosen
-            or (
-                not crowded
-                and len(chosen) < self._max_items
-                and (max_cost is None or cost < max_cost)
-            )
+            or (not crowded and len(chosen) < cap and (max_cost is None or cost < max_cost))
         ):
-            cost += self._pass(chosen)
+            cost += self._pass(chosen, cap)
         return chosen
 
-    def _similar_round(self, max_cost: float | None) -> list[T]:
+    def _similar_round(self, max_cost: float | None, cap: int) -> list[T]:
         """A lone tenant's round: its oldest item and the nearest in length among the window.
 
         The window's items sorted by length, the round grows from the oldest item
         to whichever sorted neighbour widens its length range least, until it
-        reaches ``max_items`` or its cost ``max_cost``; it goes out in queue order.
+        reaches ``cap`` items or its cost ``max_cost``; it goes out in queue order.
         """
         tenant, queue = next(iter(self._queues.items()))
         window = list(itertools.islice(queue, self._sort_window))
@@ -147,9 +146,7 @@ class DeficitRoundRobin(Generic[T]):
         low = high = by_length.index(0)
         total = max(1, self._cost_of(window[0]))
         last = len(by_length) - 1
-        while high - low < min(self._max_items - 1, last) and (
-            max_cost is None or total < max_cost
-        ):
+        while high - low < min(cap - 1, last) and (max_cost is None or total < max_cost):
             widen_low = lengths[by_length[high]] - lengths[by_length[low - 1]] if low else None
             widen_high = (
                 lengths[by_length[high + 1]] - lengths[by_length[low]] if high < last else None
@@ -181,15 +178,16 @@ class DeficitRoundRobin(Generic[T]):
                 del self._last_seen[tenant]
         return len(self._last_seen)
 
-    def _pass(self, chosen: list[T]) -> int:
-        """One visit to each tenant with held items; returns the cost it added to ``chosen``."""
+    def _pass(self, chosen: list[T], cap: int) -> int:
+        """One visit to each tenant with held items, ``chosen`` growing to at most ``cap``
+        items; returns the cost it added to ``chosen``."""
         taken = 0
         for tenant in list(self._queues):
-            if len(chosen) >= self._max_items:
+            if len(chosen) >= cap:
                 break
             queue = self._queues[tenant]
             deficit = self._deficits[tenant] + self._quantum * self._weight_of(tenant)
-            while queue and len(chosen) < self._max_items:
+            while queue and len(chosen) < cap:
                 cost = max(1, self._cost_of(queue[0]))
                 if cost > deficit:
                     break
@@ -312,11 +310,13 @@ class FairRounds(Generic[T]):
             self._rounds.offer(items)
             self._changed.notify_all()
 
-    async def next_round(self, max_cost: float | None = None) -> list[T]:
+    async def next_round(
+        self, max_cost: float | None = None, max_items: int | None = None
+    ) -> list[T]:
         """The next round's items (waits until something is held)."""
         async with self._changed:
             await self._changed.wait_for(lambda: len(self._rounds) > 0)
-            chosen = self._rounds.next_round(max_cost)
+            chosen = self._rounds.next_round(max_cost, max_items)
             self._changed.notify_all()
             return chosen
 

@@ -142,33 +142,22 @@ class WorkerShell:
         tickets: list[Ticket],
         runner: BatchRunner,
         window: FaustDedupWindow | None = None,
-        batch_size: Callable[[], int] | None = None,
         on_hand_off: HandOffHook | None = None,
         on_last_call: HandOffHook | None = None,
     ) -> None:
-        """Run admitted events through the steps, a micro-batch at a time.
+        """Run one micro-batch of admitted events through the steps; mark it done
+        (committable) once published.
 
-        ``batch_size`` (the batch shaper's current size) cuts a large take into
-        micro-batches, each marked done (committable) as soon as it is published;
-        ``on_hand_off`` is called when the last of them is done with the engine,
+        ``on_hand_off`` is called when the batch is done with the engine,
         ``on_last_call`` when its last engine call gets the engine.
         """
-        while admitted:
-            if self.draining:
-                await self._never.wait()
-            if not await self._member_of(tickets[0].epoch):
-                return  # the partitions moved: their new owner reads these records again
-            size = max(1, batch_size()) if batch_size is not None else len(admitted)
-            last = size >= len(admitted)
-            await self._process(
-                admitted[:size],
-                tickets[:size],
-                runner,
-                window,
-                on_hand_off if last else None,
-                on_last_call if last else None,
-            )
-            admitted, tickets = admitted[size:], tickets[size:]
+        if not admitted:
+            return
+        if self.draining:
+            await self._never.wait()
+        if not await self._member_of(tickets[0].epoch):
+            return  # the partitions moved: their new owner reads these records again
+        await self._process(admitted, tickets, runner, window, on_hand_off, on_last_call)
 
     async def _member_of(self, epoch: int) -> bool:
         """Wait while the group may have evicted us; False once the assignment changed.
@@ -459,20 +448,23 @@ def _plain_agent(
     wait_s: float,
     batch_size: Callable[[], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
-    """First come, first served: each fetched micro-batch runs as it is.
+    """First come, first served: each fetched take runs in order, as micro-batches of
+    ``batch_size()`` (the batch shaper's current size; default: the whole take).
 
-    A full take says more is waiting: the next batch may start as this one's
-    last engine call does (it would take a full batch then too), not only
-    once that call is over.
+    Each micro-batch is a batch of its own in flight, so a take larger than the
+    shaper's size keeps every replica busy instead of running its parts one
+    after the other. More waiting (a full take, or the rest of this one) lets
+    the next batch start as this one's last engine call does (it would take a
+    full batch then too), not only once that call is over.
     """
     depth = shell.ctx.settings.worker.in_flight(shell.ctx.gate.replicas)
 
     def batch(
-        admitted: list[Any], tickets: list[Ticket], full: bool
+        admitted: Sequence[Any], tickets: list[Ticket], more_waiting: bool
     ) -> Callable[[HandOffHook], Awaitable[None]]:
         async def work(hand_off: HandOffHook) -> None:
             await shell.process(
-                admitted, tickets, runner, window, batch_size, hand_off, hand_off if full else None
+                admitted, tickets, runner, window, hand_off, hand_off if more_waiting else None
             )
 
         return work
@@ -483,7 +475,14 @@ def _plain_agent(
             async for events in micro_batches(stream, take, wait_s):
                 await in_flight.ready()
                 admitted, tickets = await shell.admit(events)
-                in_flight.launch(batch(admitted, tickets, len(events) >= take))
+                full = len(events) >= take
+                while admitted:
+                    size = max(1, batch_size()) if batch_size is not None else len(admitted)
+                    rest = size < len(admitted)
+                    in_flight.launch(batch(admitted[:size], tickets[:size], full or rest))
+                    admitted, tickets = admitted[size:], tickets[size:]
+                    if rest:
+                        await in_flight.ready()
 
     return consume
 
@@ -593,7 +592,6 @@ async def _serve_rounds(
             [h.ticket for h in current],
             runner,
             window,
-            batch_size,
             handed_off,
             last_call_started,
         )
@@ -604,7 +602,9 @@ async def _serve_rounds(
             # choose the round only when it may start: as late as possible, for fairness
             await in_flight.ready()
             limit = pace.max_chars()
-            chosen = await rounds.next_round(limit)
+            # a round is one micro-batch of the shaper's current size: cut later into
+            # parts run one after the other, it would leave a replica idle meanwhile
+            chosen = await rounds.next_round(limit, batch_size() if batch_size else None)
             metrics.set_fair_share_round_limit(topic, limit)
             # only a round that was cut (work stayed held) shows a full round's pace: one
             # that took everything held was smaller, and per text a smaller batch is slower

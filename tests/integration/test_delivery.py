@@ -39,15 +39,39 @@ def settings(stack: object) -> Settings:
     return load_settings()
 
 
+# How the worker takes and cuts its batches. An adaptive controller with a tight
+# objective asks for batches smaller than a take, so each take or fair-share round is
+# cut into micro-batches in flight at once, committed out of order.
+ADAPTIVE = {
+    "BABELSTREAM_BATCHING__ADAPTIVE": "true",
+    "BABELSTREAM_BATCHING__P95_MS": json.dumps({EN_XA.id: 20.0}),
+}
+SHAPES = {
+    "fair-static": {},
+    "fair-adaptive": ADAPTIVE,
+    "plain-adaptive": {**ADAPTIVE, "BABELSTREAM_TENANTS__FAIR_SHARE": "false"},
+}
+
+
 @pytest.fixture
-def worker(settings: Settings) -> Iterator[WorkerProcess]:
+def worker(settings: Settings, request: pytest.FixtureRequest) -> Iterator[WorkerProcess]:
     log = PROJECT_ROOT / "var" / "log" / "test-delivery-worker.log"
-    w = WorkerProcess(settings, log_path=log).start()
+    w = WorkerProcess(settings, log_path=log, env=SHAPES[request.param]).start()
     yield w
     w.stop()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+@pytest.mark.parametrize(
+    ("sig", "worker"),
+    [
+        (signal.SIGKILL, "fair-static"),
+        (signal.SIGTERM, "fair-static"),
+        (signal.SIGKILL, "fair-adaptive"),
+        (signal.SIGKILL, "plain-adaptive"),
+    ],
+    ids=["kill", "term", "kill-fair-adaptive", "kill-plain-adaptive"],
+    indirect=["worker"],
+)
 def test_restart_under_traffic_loses_nothing(
     settings: Settings, worker: WorkerProcess, sig: signal.Signals
 ) -> None:

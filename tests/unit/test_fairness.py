@@ -130,6 +130,18 @@ def test_a_lone_tenants_round_stops_at_the_cost_bound() -> None:
     assert len(fair.next_round()) == 64, "unbounded: fills to the batch size"
 
 
+@pytest.mark.parametrize("sort_window", [1, 200])
+def test_a_round_takes_no_more_than_the_batch_size_asked_for(sort_window: int) -> None:
+    # the adaptive controller's current size: a round larger than it would be cut into
+    # parts run one after the other, leaving a replica idle meanwhile
+    fair = drr(quantum=1000, max_items=64, sort_window=sort_window)
+    fair.offer(items("flood", 100))
+    assert len(fair.next_round(max_items=5)) == 5
+    assert len(fair.next_round(max_items=500)) == 64, "never more than the constructor's cap"
+    assert len(fair.next_round(max_items=0)) == 1, "never empty"
+    assert len(fair.next_round()) == 30, "the rest"
+
+
 def test_the_cost_bound_does_not_change_crowded_rounds() -> None:
     fair = drr(quantum=10)
     fair.offer(items("a", 100))
