@@ -157,36 +157,6 @@ class WorkerShell:
             await self._never.wait()
         if not await self._member_of(tickets[0].epoch):
             return  # the partitions moved: their new owner reads these records again
-        await self._process(admitted, tickets, runner, window, on_hand_off, on_last_call)
-
-    async def _member_of(self, epoch: int) -> bool:
-        """Wait while the group may have evicted us; False once the assignment changed.
-
-        A worker cut off from the brokers keeps fetched records, and once the cut
-        heals it could process and publish them before its next heartbeat tells
-        it that its partitions went to another worker (which answered them).
-        """
-        while self.lease.lapsed_s > 0 and self.offsets.ledger.epoch == epoch:
-            if not self._lapse_logged:
-                self._lapse_logged = True
-                log.warning(
-                    "no heartbeat answered for over the session timeout: the group may "
-                    "have given our partitions to another worker; holding fetched records "
-                    "until it confirms our membership or reassigns them"
-                )
-            await asyncio.sleep(self._lease_poll_s)
-        self._lapse_logged = False
-        return self.offsets.ledger.epoch == epoch
-
-    async def _process(
-        self,
-        admitted: Sequence[Any],
-        tickets: list[Ticket],
-        runner: BatchRunner,
-        window: FaustDedupWindow | None,
-        on_hand_off: HandOffHook | None,
-        on_last_call: HandOffHook | None,
-    ) -> None:
         if window is not None:
             window.bind(admitted)
         tps = {tp_of(e) for e in admitted}
@@ -214,6 +184,25 @@ class WorkerShell:
             if paused and not self.app.rebalancing:
                 self.app.consumer.resume_partitions(paused)
         self.offsets.done(tickets)
+
+    async def _member_of(self, epoch: int) -> bool:
+        """Wait while the group may have evicted us; False once the assignment changed.
+
+        A worker cut off from the brokers keeps fetched records, and once the cut
+        heals it could process and publish them before its next heartbeat tells
+        it that its partitions went to another worker (which answered them).
+        """
+        while self.lease.lapsed_s > 0 and self.offsets.ledger.epoch == epoch:
+            if not self._lapse_logged:
+                self._lapse_logged = True
+                log.warning(
+                    "no heartbeat answered for over the session timeout: the group may "
+                    "have given our partitions to another worker; holding fetched records "
+                    "until it confirms our membership or reassigns them"
+                )
+            await asyncio.sleep(self._lease_poll_s)
+        self._lapse_logged = False
+        return self.offsets.ledger.epoch == epoch
 
     @property
     def idle(self) -> bool:
