@@ -54,8 +54,10 @@ status: install
 	$(BIN)/babelstream status
 
 # Unit tests need no services; integration tests share the one stack `up` starts.
+# PYTEST_ARGS: extra pytest options (CI asks for the slowest tests' durations).
+PYTEST_ARGS ?=
 test: install up
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: install
 	$(BIN)/pytest -m "not integration"
@@ -67,7 +69,7 @@ test-integration: install up
 # starts), one fault per scenario under paced traffic, every request reconciled;
 # reports appended to var/chaos/report.jsonl.
 test-chaos: install
-	$(BIN)/pytest -m chaos
+	$(BIN)/pytest -m chaos $(PYTEST_ARGS)
 
 demo: install up
 	$(BIN)/python -m pipeline.demo

@@ -138,18 +138,21 @@ class MembershipLease:
     Written from Faust's consumer thread, read on the worker's loop (one float).
     """
 
-    def __init__(self, session_timeout_s: float) -> None:
+    def __init__(
+        self, session_timeout_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._timeout = session_timeout_s
-        self._confirmed = time.monotonic()
+        self._clock = clock
+        self._confirmed = clock()
         self._watched: Any = None
 
     def confirm(self) -> None:
-        self._confirmed = time.monotonic()
+        self._confirmed = self._clock()
 
     @property
     def lapsed_s(self) -> float:
         """Seconds since the session ran out (0 while it holds)."""
-        return max(0.0, time.monotonic() - self._confirmed - self._timeout)
+        return max(0.0, self._clock() - self._confirmed - self._timeout)
 
     def watch(self, app: faust.App) -> None:
         """Confirm at each answered heartbeat of the app's consumer (once per coordinator)."""

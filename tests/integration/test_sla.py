@@ -376,10 +376,16 @@ def topics(stack: Endpoints) -> Iterator[dict[str, str]]:
     admin.close()
 
 
+def last_commit(checkpoint: Path) -> int:
+    """The id of the checkpoint's last committed batch (-1 before the first)."""
+    commits = checkpoint / "commits"
+    return max((int(p.name) for p in commits.glob("*") if p.name.isdigit()), default=-1)
+
+
 def forget_last_commit(checkpoint: Path) -> int:
     """Drop the checkpoint's last commit, as if the job died just before writing it."""
     commits = checkpoint / "commits"
-    last = max(int(path.name) for path in commits.iterdir() if path.name.isdigit())
+    last = last_commit(checkpoint)
     (commits / str(last)).unlink()
     (commits / f".{last}.crc").unlink(missing_ok=True)
     return last
@@ -481,7 +487,10 @@ def scenario(
         _send(bootstrap, topics["results"], _results(phases.late))
         late_tail.read_until(lambda records: len(records) >= len(phases.late), timeout_s=300)
         _stage(started, f"{len(late_tail.records)} late rows out")
-        time.sleep(2 * TRIGGER_S)
+        first.wait_for(
+            lambda: last_commit(work / "ck") >= max(batch for batch, _, _ in first.batches()),
+            "the late rows' batch committed",
+        )
         first.stop()
         replayed = forget_last_commit(work / "ck")
         _stage(started, f"first run stopped, batch {replayed} forgotten; second run starting")

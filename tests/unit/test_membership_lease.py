@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from types import SimpleNamespace
 from typing import Any
 
+from tests.fakes import FakeClock
 from workers.faust_adapter import MembershipLease
 
 
@@ -26,12 +26,14 @@ def app_with(coordinator: FakeCoordinator) -> Any:
 
 
 def test_only_answered_heartbeats_renew_the_lease() -> None:
-    lease = MembershipLease(session_timeout_s=0.05)
+    clock = FakeClock(100.0)
+    lease = MembershipLease(session_timeout_s=10.0, clock=clock)
     coordinator = FakeCoordinator()
     lease.watch(app_with(coordinator))
     lease.watch(app_with(coordinator))  # a second assignment does not wrap it twice
+    clock.now += 9.9
     assert lease.lapsed_s == 0
-    time.sleep(0.1)
+    clock.now += 0.2
     assert lease.lapsed_s > 0
     coordinator.answers = [False, True]
     assert asyncio.run(coordinator._do_heartbeat()) is False  # unanswered: still lapsed
@@ -42,8 +44,9 @@ def test_only_answered_heartbeats_renew_the_lease() -> None:
 
 
 def test_an_assignment_confirms_the_lease() -> None:
-    lease = MembershipLease(session_timeout_s=0.05)
-    time.sleep(0.1)
-    assert lease.lapsed_s > 0
+    clock = FakeClock(100.0)
+    lease = MembershipLease(session_timeout_s=10.0, clock=clock)
+    clock.now += 10.5
+    assert lease.lapsed_s == 0.5
     lease.confirm()
     assert lease.lapsed_s == 0

@@ -62,14 +62,16 @@ def test_cancelled_waiter_does_not_block_the_gate() -> None:
 def test_cancelling_a_caller_keeps_the_gate_until_the_engine_thread_returns() -> None:
     """A rebalance cancels the batch, but the executor thread runs on: no overlap allowed."""
     running = threading.Semaphore(1)
+    inside = threading.Event()
     overlaps: list[str] = []
 
     def engine_call(name: str) -> str:
         if not running.acquire(blocking=False):
             overlaps.append(name)
             return name
+        inside.set()
         try:
-            time.sleep(0.2)
+            time.sleep(0.2)  # the engine holds the call a while after its caller is cancelled
             return name
         finally:
             running.release()
@@ -80,7 +82,7 @@ def test_cancelling_a_caller_keeps_the_gate_until_the_engine_thread_returns() ->
         first = asyncio.create_task(
             gate.run(INTERACTIVE, loop.run_in_executor(None, engine_call, "first"))
         )
-        await asyncio.sleep(0.05)  # the first call is inside the engine now
+        assert await asyncio.to_thread(inside.wait, 5), "the first call reached the engine"
         first.cancel()
         return await gate.run(INTERACTIVE, _in_executor(engine_call, "second"))
 
