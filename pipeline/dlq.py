@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from pipeline.codec import RecordRef, Rejected, decode_original, decode_request
 from pipeline.kafka_clients import kafka_python_options
-from pipeline.messages import DeadLetter, ReplayMarker, now_ms
+from pipeline.messages import DeadLetter, ReplayMarker, now_ms, record_id
 from pipeline.pairs import DLQ_REPLAYED_TOPIC, DLQ_TOPIC, REQUESTS_TOPIC
 from pipeline.settings import KafkaSettings, LimitSettings
 
@@ -37,7 +37,7 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 def dead_letter_id(letter: DeadLetter) -> str:
     """``<source topic>:<partition>:<offset>`` of the record that was refused."""
-    return f"{letter.source_topic}:{letter.partition}:{letter.offset}"
+    return record_id(letter.source_topic, letter.partition, letter.offset)
 
 
 def parse_since(text: str, now: int | None = None) -> int:
@@ -87,7 +87,7 @@ class LetterFilter:
         )
 
 
-def _read_to_end(
+def read_to_end(
     kafka: KafkaSettings,
     topic: str,
     role: str,
@@ -132,7 +132,7 @@ def read_dead_letters(
 ) -> list[StoredLetter]:
     """The DLQ's letters that pass ``which``, oldest first per partition."""
     letters = []
-    for record in _read_to_end(kafka, DLQ_TOPIC, "dlq", which.since_ms):
+    for record in read_to_end(kafka, DLQ_TOPIC, "dlq", which.since_ms):
         try:
             letter = DeadLetter.from_json(record.value)
         except (ValidationError, TypeError):
@@ -145,7 +145,7 @@ def read_dead_letters(
 def read_replayed(kafka: KafkaSettings) -> dict[str, ReplayMarker]:
     """Replay markers by dead-letter id (committed transactions only)."""
     markers: dict[str, ReplayMarker] = {}
-    for record in _read_to_end(kafka, DLQ_REPLAYED_TOPIC, "dlq-markers"):
+    for record in read_to_end(kafka, DLQ_REPLAYED_TOPIC, "dlq-markers"):
         key = (record.key or b"").decode("utf-8", errors="replace")
         if record.value is None:
             markers.pop(key, None)

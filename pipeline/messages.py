@@ -203,8 +203,17 @@ class TranslationResult(_Message):
         )
 
 
+# internal_error: a request that made a step fail on its own while a canary request passed
+# (the error holds the traceback, for operators); quarantined: one that broke the chain
+# for the requests after it (see QuarantineRecord)
 DeadLetterReason = Literal[
-    "not_utf8", "not_json", "invalid", "limit_exceeded", "unsupported_version"
+    "not_utf8",
+    "not_json",
+    "invalid",
+    "limit_exceeded",
+    "unsupported_version",
+    "internal_error",
+    "quarantined",
 ]
 Encoding = Literal["utf8", "base64"]
 
@@ -363,6 +372,46 @@ def job_cancel_key(job_id: str) -> str:
     return f"job:{job_id}"
 
 
+class QuarantineRecord(_Message):
+    """A consumed record that no worker may process again (``translate.quarantine``).
+
+    Compacted, keyed by ``<source topic>:<partition>:<offset>``. A worker writes
+    one when a record failed a step on its own and a canary request failed the
+    same steps right after it: the record breaks the chain for what follows, so
+    a replacement worker that reads it again must end it without running it.
+    ``babelstream dlq quarantine release`` re-publishes the original bytes and
+    writes a tombstone.
+    """
+
+    schema_name: ClassVar[str] = "quarantine_record"
+
+    source_topic: str
+    partition: Count
+    offset: Count
+    # suspect: it was in a batch during which the steps broke; a worker that reads it
+    # again runs it alone between two canaries first. quarantined: it ends unrun.
+    state: Literal["suspect", "quarantined"] = "quarantined"
+    request_id: Identifier | None = None
+    # the exception it raised, one line (its traceback is in the dead letter)
+    error: str
+    quarantined_at: EpochMs
+    worker: str | None = None
+    key: str | None = None
+    key_encoding: Encoding | None = None
+    value: str | None = None
+    value_encoding: Encoding | None = None
+
+    @property
+    def record_id(self) -> str:
+        """``<source topic>:<partition>:<offset>``: the record key (a dead letter's id too)."""
+        return record_id(self.source_topic, self.partition, self.offset)
+
+
+def record_id(topic: str, partition: int, offset: int) -> str:
+    """A consumed record's id: ``<topic>:<partition>:<offset>``."""
+    return f"{topic}:{partition}:{offset}"
+
+
 class ReplayMarker(_Message):
     """A dead letter that ``babelstream dlq replay`` re-published (``translate.dlq.replayed``)."""
 
@@ -385,6 +434,7 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     ReplayMarker,
     Tick,
     LateResult,
+    QuarantineRecord,
 )
 
 

@@ -108,6 +108,25 @@ BATCH_RETRIES = Counter(
     ["pair"],
     registry=REGISTRY,
 )
+BATCH_FAILING_SECONDS = Gauge(
+    "babelstream_batch_failing_seconds",
+    "How long an agent's current micro-batch has been failing transiently and retried "
+    "(its partitions paused, nothing committed past it); 0 while its batches go through.",
+    ["agent"],
+    registry=REGISTRY,
+)
+ISOLATED = Counter(
+    "babelstream_isolated_requests",
+    "Requests set apart because a step failed on them alone while a canary request "
+    "passed, by agent and how they ended (internal_error|quarantined).",
+    ["agent", "reason"],
+    registry=REGISTRY,
+)
+QUARANTINED_KNOWN = Gauge(
+    "babelstream_quarantined_records",
+    "Records in translate.quarantine that the worker knows (none runs again until released).",
+    registry=REGISTRY,
+)
 CACHE_ERRORS = Counter(
     "babelstream_cache_errors",
     "Failed Redis (L2 cache) operations; requests keep being served from L1.",
@@ -206,6 +225,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_consumer_committed_lag",
     "babelstream_worker_ready",
     "babelstream_batch_retries_total",
+    "babelstream_batch_failing_seconds",
+    "babelstream_isolated_requests_total",
+    "babelstream_quarantined_records",
     "babelstream_cache_errors_total",
     "babelstream_cache_corrupt_entries_total",
     "babelstream_tenant_requests_total",
@@ -293,6 +315,16 @@ def set_batching_state(pair: str, state: ControllerState) -> None:
     }
     for knob, value in values.items():
         BATCHING_KNOB.labels(pair, knob).set(value)
+
+
+def record_isolated(agent: str, reason: str, count: int) -> None:
+    """Requests of ``agent`` that the runner set apart, by how they ended."""
+    ISOLATED.labels(agent, reason).inc(count)
+
+
+def set_batch_failing(agent: str, seconds: float) -> None:
+    """How long ``agent``'s current batch has been failing (0: its batches go through)."""
+    BATCH_FAILING_SECONDS.labels(agent).set(seconds)
 
 
 def record_route(kind: str) -> None:

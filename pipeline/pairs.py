@@ -17,6 +17,8 @@ DLQ_TOPIC = "translate.dlq"
 SLA_TOPIC = "translate.sla"
 # compacted, keyed by request id (``job:<job id>`` for a whole bulk job)
 CANCEL_TOPIC = "translate.cancel"
+# compacted, keyed by <topic>:<partition>:<offset>: consumed records no worker may run again
+QUARANTINE_TOPIC = "translate.quarantine"
 # compacted, keyed by dead-letter id: which dead letters were replayed
 DLQ_REPLAYED_TOPIC = "translate.dlq.replayed"
 SLA_LATE_TOPIC = "translate.sla.late"

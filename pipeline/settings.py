@@ -64,6 +64,8 @@ class KafkaSettings(_Section):
     # translate.cancel (compacted) and translate.dlq.replayed (compacted replay markers)
     cancel_partitions: int = Field(1, ge=1)
     replay_marker_partitions: int = Field(1, ge=1)
+    # translate.quarantine (compacted): records no worker may process again
+    quarantine_partitions: int = Field(1, ge=1)
     # Security (pipeline/kafka_clients.py applies it to every client). SASL_SSL with
     # SCRAM-SHA-512 is what `babelstream up --secure` serves; SSL alone authenticates
     # with a client certificate (ssl_certfile) when the listener asks for one.
@@ -282,6 +284,17 @@ class WorkerSettings(_Section):
     stop_timeout_s: float = Field(30.0, gt=0)
     # cancelled request / job ids a worker remembers (each for limits.max_timeout_ms at most)
     cancel_max_entries: int = Field(1_000_000, ge=1)
+    # a batch waits at most this long at start for the worker to have read the cancel
+    # and quarantine topics to their end (then it is retried as a transient fault)
+    control_ready_wait_s: float = Field(10.0, gt=0)
+    # A known-good text: when a step fails a batch with a fault it does not classify,
+    # a canary request of it runs the same steps to tell a poison request from broken
+    # infrastructure (pipeline/steps/runner.py). canary_texts: per source language.
+    canary_text: str = Field("Hello.", min_length=1)
+    canary_texts: dict[str, str] = {}
+    # a batch failing (and retried) for longer than this makes the worker not ready,
+    # with the agent, attempts, exception class and first record on its readiness page
+    stall_report_s: float = Field(30.0, gt=0)
     # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
     # job's windows close while a pair is quiet; 0 disables it
     tick_interval_s: float = Field(5.0, ge=0)
@@ -289,6 +302,10 @@ class WorkerSettings(_Section):
     def in_flight(self, replicas: int) -> int:
         """Micro-batches of one agent in flight, beside an engine of ``replicas``."""
         return self.batches_in_flight or replicas + 1
+
+    def canary_for(self, source_lang: str) -> str:
+        """The canary text of a source language (``canary_texts``, else ``canary_text``)."""
+        return self.canary_texts.get(source_lang, self.canary_text)
 
 
 SlaSink = Literal["kafka", "parquet", "console"]

@@ -21,7 +21,8 @@ from pipeline.cancel import CancelRegistry, cancels_for
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translation
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import RESULTS_TOPIC, Pair, pair_topic
+from pipeline.pairs import QUARANTINE_TOPIC, RESULTS_TOPIC, Pair, pair_topic
+from pipeline.quarantine import QuarantineRegistry, apply_record
 from pipeline.replies import ReplyTopicCheck
 from pipeline.routing import request_digest
 from pipeline.scheduling import INTERACTIVE, PriorityGate
@@ -29,10 +30,11 @@ from pipeline.settings import LimitSettings, WorkerSettings
 from pipeline.steps.base import Batch, Item, Outgoing, Record, RetryBudgetExhausted
 from pipeline.steps.chains import translation_steps
 from pipeline.steps.engine import EngineRunner
+from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer
 from pipeline.steps.quota import Quotas
 from pipeline.steps.replies import ReplyCopies
-from pipeline.steps.runner import BatchRunner, RetryPolicy
+from pipeline.steps.runner import BatchRunner, RetryHook, RetryPolicy
 from workers.stats import WorkerStats
 
 PAIR = Pair("en", "en-XA")
@@ -40,15 +42,30 @@ MODEL = "fake-model@1"
 
 
 class FakeTranslator:
-    """Upper-cases text; fails on texts containing ``poison``; scripted engine faults."""
+    """Upper-cases text; fails on texts containing ``poison``; scripted engine faults.
+
+    Its tokenizer fails on texts containing ``unreadable`` (a fault no step
+    classifies), and on every text once one containing ``breaker`` was counted
+    (a request that breaks the steps for those after it), until ``broken`` is
+    reset; ``tokenizer_faults`` fail the next counts whatever their text.
+    """
 
     model_id = MODEL
 
     def __init__(self, faults: Sequence[Exception] = ()) -> None:
         self.calls: list[list[str]] = []
         self._faults = list(faults)
+        self.broken = False
+        self.tokenizer_faults = 0
 
     def count_tokens(self, text: str, pair: Pair) -> int:
+        if self.tokenizer_faults:
+            self.tokenizer_faults -= 1
+            raise OSError("the tokenizer's file is being replaced")
+        if "breaker" in text:
+            self.broken = True
+        if "unreadable" in text or self.broken:
+            raise UnicodeError(f"the tokenizer cannot read {text!r}")
         return len(text.split())
 
     def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
@@ -118,11 +135,14 @@ class Harness:
         self.stats = WorkerStats()
         self.cancels = CancelRegistry(horizon_ms=3_600_000, max_entries=1000)
         self.cancels.ready = True
+        self.quarantine = QuarantineRegistry()
+        self.quarantine.ready = True
         quotas = {} if self.quota_chars is None else {self.marker: self.quota_chars}
         engine = EngineRunner(self.translator, TokenBudgetBatcher(64), PriorityGate(), INTERACTIVE)
         producer = self.backend.producer
+        limits = LimitSettings()
         steps = translation_steps(
-            limits=LimitSettings(),
+            limits=limits,
             window=self.window,
             cache=self.cache,
             engine=engine,
@@ -130,6 +150,8 @@ class Harness:
             totals=self.stats,
             compute_type="int8",
             cancels=self.cancels,
+            quarantine=self.quarantine,
+            control_wait_s=1.0,
             quotas=self.backend.quotas(quotas),
             replies=ReplyCopies(producer, ReplyTopicCheck(self.backend.list_topics), 5.0),
             recent_translations=WorkerSettings().recent_translations,
@@ -138,6 +160,10 @@ class Harness:
             steps,
             functools.partial(Batch.of, pair=PAIR, model_id=MODEL, worker="test"),
             RetryPolicy(initial_s=0.01, max_s=0.05, budget_s=self.budget_s),
+            limits=limits,
+            canary=functools.partial(canary_record, self.topic, PAIR, "known good"),
+            quarantine=self.quarantine,
+            producer=producer,
         )
 
     def request(self, i: int, text: str, **fields: Any) -> TranslationRequest:
@@ -154,18 +180,32 @@ class Harness:
         }
         return TranslationRequest(**values)
 
+    @property
+    def topic(self) -> str:
+        """Where this harness's records come from: a topic of its own, so the quarantine
+        entries it writes (keyed by topic, partition and offset) name no real record."""
+        return f"{pair_topic(PAIR)}.test-{self.marker}"
+
     def records(self, values: Sequence[TranslationRequest | bytes]) -> list[Record]:
         out = []
         for offset, value in enumerate(values):
             if isinstance(value, TranslationRequest):
                 key = request_digest(value, MODEL).encode()
-                out.append(Record(pair_topic(PAIR), 0, offset, key, value.to_json()))
+                out.append(Record(self.topic, 0, offset, key, value.to_json()))
             else:
-                out.append(Record(pair_topic(PAIR), 0, offset, self.marker.encode(), value))
+                out.append(Record(self.topic, 0, offset, self.marker.encode(), value))
         return out
 
-    async def run(self, values: Sequence[TranslationRequest | bytes]) -> Batch:
-        return await self.runner.run(self.records(values))
+    async def run(
+        self, values: Sequence[TranslationRequest | bytes], on_retry: RetryHook | None = None
+    ) -> Batch:
+        batch = await self.runner.run(self.records(values), on_retry=on_retry)
+        assert batch is not None, "the batch went through whole"
+        return batch
+
+    async def run_isolating(self, values: Sequence[TranslationRequest | bytes]) -> None:
+        """Run a batch some of whose requests are set apart."""
+        assert await self.runner.run(self.records(values)) is None
 
     async def results(self, expected: int) -> dict[str, TranslationResult]:
         """Published results by request id (exactly one each, on the shared topic)."""
@@ -329,6 +369,99 @@ async def results_are_copied_to_existing_reply_topics_only(h: Harness) -> None:
     assert not [o for o in await h.backend.published(h.marker, 4) if o.topic == gone]
 
 
+async def a_step_that_fails_on_one_request_ends_only_that_request(h: Harness) -> None:
+    """An exception no step classifies: the request stands alone, the rest goes on at once."""
+    await h.run_isolating(
+        [h.request(0, "fine"), h.request(1, "an unreadable text"), h.request(2, "also fine")]
+    )
+    results = await h.results(3)
+    assert {results[f"{h.marker}-{i}"].status for i in (0, 2)} == {"ok"}
+    failed = results[f"{h.marker}-1"]
+    assert (failed.status, failed.reason) == ("error", "internal_error")
+    assert failed.error and "UnicodeError" in failed.error
+    assert "Traceback" not in failed.error, "no traceback in a result"
+    (letter,) = await h.dead_letters(4)
+    assert letter.reason == "internal_error" and f"{h.marker}-1" in (letter.value or "")
+    assert "Traceback" in letter.error and "UnicodeError" in letter.error
+    assert h.runner.health.isolated == 1 and h.runner.health.failing_since is None
+    assert h.translator.texts.count("fine") == 1, "what went through is not run again"
+
+
+async def a_request_that_breaks_the_steps_is_quarantined(h: Harness) -> None:
+    """It breaks the steps for every request after it, the canary too: its batch is
+    marked suspect and retried until the worker gives up. A replacement tries each
+    suspect alone between canaries, quarantines it, and a third worker that reads it
+    again ends it without running it."""
+    h.budget_s = 0.3
+    h.__post_init__()
+    requests = [h.request(0, "fine"), h.request(1, "the breaker")]
+    records = h.records(requests)
+    try:
+        await h.runner.run(records)
+    except RetryBudgetExhausted:
+        pass
+    else:
+        raise AssertionError("the steps stay broken in this worker: it must give up")
+    marks = [o for o in await h.backend.published(h.marker, 2) if o.topic == QUARANTINE_TOPIC]
+    assert [o.kind for o in marks] == ["suspect", "suspect"]
+    assert not await h.results(0), "no result while the steps are broken"
+
+    replacement = Harness(h.backend, marker=h.marker)
+    for mark in marks:
+        apply_record(replacement.quarantine, mark.key, mark.value)
+    assert await replacement.runner.run(replacement.records(requests)) is None
+    results = await replacement.results(2)
+    assert results[f"{h.marker}-0"].status == "ok"
+    ended = results[f"{h.marker}-1"]
+    assert (ended.status, ended.reason) == ("error", "quarantined")
+    entries = [o for o in await h.backend.published(h.marker, 6) if o.topic == QUARANTINE_TOPIC]
+    cleared = [o.key for o in entries if o.kind == "cleared"]
+    (quarantined,) = [o for o in entries if o.kind == "quarantined"]
+    assert cleared == [f"{records[0].topic}:0:0".encode()]
+    assert quarantined.key == f"{records[1].topic}:0:1".encode()
+
+    third = Harness(h.backend, marker=h.marker)
+    for entry in entries:
+        apply_record(third.quarantine, entry.key, entry.value)
+    batch = await third.runner.run([records[1]])
+    assert batch is not None and batch.stats.by_status == {"error": 1}
+    assert third.translator.calls == [], "a quarantined record reaches no engine"
+    assert third.translator.broken is False
+
+
+async def a_failing_canary_makes_the_fault_transient(h: Harness) -> None:
+    """Every request and the canary fail alike: the steps are at fault, the batch retried."""
+    h.translator.tokenizer_faults = 2  # the batch, then the canary
+    batch = await h.run([h.request(0, "hello"), h.request(1, "world")])
+    results = await h.results(2)
+    assert {r.status for r in results.values()} == {"ok"}, "no error results"
+    assert batch.stats.attempts >= 2
+    assert h.runner.health.isolated == 0
+
+
+async def a_cancel_reaches_a_request_whose_batch_is_retrying(h: Harness) -> None:
+    """Published at once, while the rest of the batch waits for the engine to recover."""
+    h.translator = FakeTranslator([RuntimeError("CUDA failed: out of memory")] * 3)
+    h.__post_init__()
+    requests = [h.request(0, "keep me"), h.request(1, "cancel me while retrying")]
+
+    async def cancel_on_first_retry(_exc: BaseException, _sleep: float) -> None:
+        for cancel in cancels_for([f"{h.marker}-1"], at=requests[1].submitted_at):
+            h.cancels.add(cancel)
+
+    await h.run(requests, on_retry=cancel_on_first_retry)
+    results = await h.results(2)
+    assert results[f"{h.marker}-1"].status == "cancelled"
+    assert results[f"{h.marker}-0"].status == "ok"
+    order = [
+        TranslationResult.from_json(o.value).request_id
+        for o in await h.backend.published(h.marker, 2)
+        if o.kind == "result"
+    ]
+    assert order == [f"{h.marker}-1", f"{h.marker}-0"], "the cancel was published first"
+    assert "cancel me while retrying" not in h.translator.texts[-1:]
+
+
 CASES: list[Case] = [
     identical_texts_are_translated_once,
     bad_input_is_a_dead_letter_and_the_rest_is_translated,
@@ -341,4 +474,8 @@ CASES: list[Case] = [
     cancelled_requests_are_not_translated,
     over_quota_requests_are_rejected_with_when_to_retry,
     results_are_copied_to_existing_reply_topics_only,
+    a_step_that_fails_on_one_request_ends_only_that_request,
+    a_request_that_breaks_the_steps_is_quarantined,
+    a_failing_canary_makes_the_fault_transient,
+    a_cancel_reaches_a_request_whose_batch_is_retrying,
 ]

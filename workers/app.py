@@ -45,6 +45,7 @@ from pipeline.settings import Settings
 from pipeline.steps.base import Batch, Outgoing, RetryBudgetExhausted, TransientError
 from pipeline.steps.chains import routing_steps, translation_steps
 from pipeline.steps.engine import EngineRunner
+from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer
 from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.runner import BatchRunner, RetryPolicy
@@ -116,6 +117,8 @@ class WorkerShell:
         self.sources: set[str] = set()
         # each translation agent's batch shaper, by its topic
         self.shapers: dict[str, BatchShaper] = {}
+        # each agent's runner (its health: batches failing, requests set apart), by name
+        self.runners: dict[str, BatchRunner] = {}
 
     def input_partitions(self) -> list[TopicPartition]:
         """Assigned partitions of the topics the agents consume."""
@@ -246,8 +249,18 @@ class WorkerShell:
         else:
             log.warning("drained, but not committed: the finished batches will be processed again")
 
+    def stalled(self) -> dict[str, dict[str, object]]:
+        """Agents whose current batch has been failing for over ``worker.stall_report_s``."""
+        bound = self.ctx.settings.worker.stall_report_s
+        return {
+            name: runner.health.as_dict()
+            for name, runner in self.runners.items()
+            if runner.health.failing_for_s() > bound
+        }
+
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, details) for the readiness page and the ready gauge."""
+        stalled = self.stalled()
         reason = (
             "stopping"
             if self.draining
@@ -257,6 +270,13 @@ class WorkerShell:
             if self.app.rebalancing
             else "recovering tables"
             if not self.app.tables.actives_ready
+            else "batches failing: "
+            + "; ".join(
+                f"{name} for {h['failing_s']}s (attempt {h['attempts']}, {h['error']}, "
+                f"first record {h['first_record']})"
+                for name, h in stalled.items()
+            )
+            if stalled
             else None
         )
         details: dict[str, Any] = {
@@ -267,6 +287,11 @@ class WorkerShell:
             # knows the group rebalanced, and uncommitted work was read again
             "epoch": self.offsets.ledger.epoch,
         }
+        isolated = {n: r.health.isolated for n, r in self.runners.items() if r.health.isolated}
+        if isolated:
+            details["isolated"] = isolated
+        if stalled:
+            details["stalled"] = stalled
         if reason is not None:
             details["reason"] = reason
             return False, details
@@ -331,12 +356,28 @@ def create_app(
 
     if with_router:
         router = Router(deployment_models, s.limits, worker=ctx.worker_name)
+        probe_pair = Pair.parse(min(deployment_models)) if deployment_models else Pair("en", "de")
         runner = BatchRunner(
-            routing_steps(router=router, producer=producer, totals=ctx.stats, replies=replies),
+            routing_steps(
+                router=router,
+                limits=s.limits,
+                quarantine=controls.quarantine,
+                control_wait_s=w.control_ready_wait_s,
+                producer=producer,
+                totals=ctx.stats,
+                replies=replies,
+            ),
             functools.partial(Batch.of, pair=None, model_id="", worker=ctx.worker_name),
             policy,
+            limits=s.limits,
+            canary=functools.partial(
+                canary_record, REQUESTS_TOPIC, probe_pair, w.canary_for(probe_pair.source)
+            ),
+            quarantine=controls.quarantine,
+            producer=producer,
             name="router",
         )
+        shell.runners["router"] = runner
 
         # The ingress is one FIFO per pair too: a flood routed first come first served
         # would hold back everyone else's requests before they reach the pair topic.
@@ -351,7 +392,7 @@ def create_app(
         _add_pair_agents(app, shell, entry, source, producer, policy, controls, replies)
 
     _add_lifecycle(app, shell, [entry.pair.id for entry in served])
-    _add_controls(app, controls, with_agents=bool(served))
+    _add_controls(app, controls)
     return app, shell
 
 
@@ -394,6 +435,8 @@ def _add_pair_agents(
             totals=ctx.stats,
             compute_type=entry.compute_type,
             cancels=controls.cancels,
+            quarantine=controls.quarantine,
+            control_wait_s=w.control_ready_wait_s,
             quotas=controls.quotas,
             replies=replies,
             recent_translations=w.recent_translations,
@@ -405,8 +448,15 @@ def _add_pair_agents(
                 Batch.of, pair=entry.pair, model_id=entry.model_id, worker=ctx.worker_name
             ),
             policy,
+            limits=s.limits,
+            canary=functools.partial(
+                canary_record, topic_name, entry.pair, w.canary_for(entry.pair.source)
+            ),
+            quarantine=controls.quarantine,
+            producer=producer,
             name=topic_name,
         )
+        shell.runners[topic_name] = runner
         # Take as much as the shape may ever ask for; the shell cuts it to the current size.
         take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
         size = lambda shaper=shaper: shaper.knobs.max_messages  # noqa: E731 (read at each cut)
@@ -606,11 +656,10 @@ async def _serve_rounds(
             seen.update(held)
 
 
-def _add_controls(app: faust.App, controls: Controls, *, with_agents: bool) -> None:
-    """The cancel feed (translation agents need it), the quota counters' health, and the
-    reply producer's pruning."""
-    if with_agents:
-        app.task(controls.feed.run)
+def _add_controls(app: faust.App, controls: Controls) -> None:
+    """The control feed (cancels, quarantine), the quota counters' health, and the reply
+    producer's pruning."""
+    app.task(controls.feed.run)
     quota_errors = metrics.TotalTracker(metrics.QUOTA_ERRORS)
 
     @app.timer(interval=controls.sample_interval_s)
@@ -724,6 +773,8 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
     @app.timer(interval=obs.sample_interval_s)
     async def sample_metrics() -> None:
         metrics.set_worker_ready(shell.readiness()[0])
+        for name, runner in shell.runners.items():
+            metrics.set_batch_failing(name, runner.health.failing_for_s())
         if ctx.cache.l2 is not None:
             cache_errors.update(ctx.cache.l2.errors)
             cache_corrupt.update(ctx.cache.l2.corrupt)

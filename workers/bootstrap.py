@@ -29,6 +29,7 @@ from pipeline.kafka_clients import admin_client
 from pipeline.pairs import (
     CANCEL_TOPIC,
     DLQ_TOPIC,
+    QUARANTINE_TOPIC,
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
     TICKS_TOPIC,
@@ -51,7 +52,9 @@ def worker_topics(
     """Every topic this worker reads or writes, with how to create it."""
     kafka = settings.kafka
     every = topic_specs(settings)
-    specs = {name: every[name] for name in (RESULTS_TOPIC, DLQ_TOPIC, TICKS_TOPIC)}
+    specs = {
+        name: every[name] for name in (RESULTS_TOPIC, DLQ_TOPIC, TICKS_TOPIC, QUARANTINE_TOPIC)
+    }
     if with_router:
         specs[REQUESTS_TOPIC] = TopicSpec(kafka.ingress_partitions)
     pairs = list(pairs)

@@ -1,9 +1,11 @@
-"""The operator controls in a worker: the cancel feed, the reply-topic listing, held events.
+"""The operator controls in a worker: the control feed, the reply-topic listing, held events.
 
-Every worker needs every cancel (a request's partition in the work topics
-has nothing to do with its cancel's partition), so the feed is a plain
-aiokafka consumer with no group, assigned all of ``translate.cancel`` from
-its start, feeding the pure :class:`~pipeline.cancel.CancelRegistry`. The
+Every worker needs every cancel and every quarantined record (a request's
+partition in the work topics has nothing to do with its cancel's partition),
+so the feed is a plain aiokafka consumer with no group, assigned all of
+``translate.cancel`` and ``translate.quarantine`` from their start, feeding
+the pure :class:`~pipeline.cancel.CancelRegistry` and
+:class:`~pipeline.quarantine.QuarantineRegistry`. The
 reply-topic listing backs :class:`~pipeline.replies.ReplyTopicCheck`.
 """
 
@@ -24,11 +26,14 @@ from faust.types import EventT
 from kafka import KafkaProducer
 
 from pipeline import metrics
-from pipeline.cancel import CancelRegistry, apply_record
+from pipeline.cancel import CancelRegistry
+from pipeline.cancel import apply_record as apply_cancel
 from pipeline.fairness import tenant_label
 from pipeline.kafka_clients import aiokafka_options, kafka_python_options
 from pipeline.offsets import Ticket
-from pipeline.pairs import CANCEL_TOPIC
+from pipeline.pairs import CANCEL_TOPIC, QUARANTINE_TOPIC
+from pipeline.quarantine import QuarantineRegistry
+from pipeline.quarantine import apply_record as apply_quarantine
 from pipeline.quota import QuotaLimiter
 from pipeline.replies import ReplyTopicCheck
 from pipeline.settings import KafkaSettings, Settings
@@ -38,20 +43,27 @@ from pipeline.steps.replies import ReplyCopies
 log = logging.getLogger(__name__)
 
 RETRY_S = 2.0
+# every worker reads these compacted topics whole
+CONTROL_TOPICS = (CANCEL_TOPIC, QUARANTINE_TOPIC)
 
 
-class CancelFeed:
-    """Reads ``translate.cancel`` into ``registry`` for as long as the worker runs.
+class ControlFeed:
+    """Reads the control topics (``translate.cancel``, ``translate.quarantine``) into their
+    registries for as long as the worker runs.
 
-    ``registry.ready`` turns true once the feed has read every partition up to
-    the end offsets it found when it started; until then the cancel step holds
-    batches back (a cancel published before a restart is not missed). A lost
-    connection is retried; the registry keeps what it has.
+    Both registries' ``ready`` turn true once the feed has read every partition
+    up to the end offsets it found when it started; until then the cancel and
+    quarantine steps hold batches back (a cancel or quarantine published before
+    a restart is not missed). A lost connection is retried; the registries keep
+    what they have.
     """
 
-    def __init__(self, kafka: KafkaSettings, registry: CancelRegistry) -> None:
+    def __init__(
+        self, kafka: KafkaSettings, cancels: CancelRegistry, quarantine: QuarantineRegistry
+    ) -> None:
         self._kafka = kafka
-        self._registry = registry
+        self._cancels = cancels
+        self._quarantine = quarantine
         self.unreadable = 0
 
     async def run(self) -> None:
@@ -61,46 +73,58 @@ class CancelFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the broker went away: read again from the start
-                log.warning("cancel feed interrupted (%s); reconnecting in %.0fs", exc, RETRY_S)
+                log.warning("control feed interrupted (%s); reconnecting in %.0fs", exc, RETRY_S)
                 await asyncio.sleep(RETRY_S)
+
+    def _apply(self, topic: str, key: bytes | None, value: bytes | None) -> bool:
+        if topic == CANCEL_TOPIC:
+            return apply_cancel(self._cancels, key, value)
+        return apply_quarantine(self._quarantine, key, value)
 
     async def _follow(self) -> None:
         consumer = AIOKafkaConsumer(
-            **aiokafka_options(self._kafka, "cancels"),
+            **aiokafka_options(self._kafka, "controls"),
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
-        partitions = await self._partitions()
+        tps = await self._partitions()
         await consumer.start()
         try:
-            tps = [TopicPartition(CANCEL_TOPIC, p) for p in partitions]
             consumer.assign(tps)
             await consumer.seek_to_beginning(*tps)
             ends = await consumer.end_offsets(tps)
             while True:
                 batches = await consumer.getmany(timeout_ms=500)
-                for records in batches.values():
+                for tp, records in batches.items():
                     for record in records:
-                        if not apply_record(self._registry, record.key, record.value):
+                        if not self._apply(tp.topic, record.key, record.value):
                             self.unreadable += 1
-                if not self._registry.ready and await _caught_up(consumer, ends):
-                    self._registry.ready = True
-                    log.info("cancel feed caught up: %d live cancels", len(self._registry))
-                metrics.CANCELS_KNOWN.set(len(self._registry))
+                if not self._cancels.ready and await _caught_up(consumer, ends):
+                    self._cancels.ready = self._quarantine.ready = True
+                    log.info(
+                        "control topics read: %d live cancels, %d quarantined records",
+                        len(self._cancels),
+                        len(self._quarantine),
+                    )
+                metrics.CANCELS_KNOWN.set(len(self._cancels))
+                metrics.QUARANTINED_KNOWN.set(len(self._quarantine))
         finally:
             await consumer.stop()
 
-    async def _partitions(self) -> list[int]:
-        admin = AIOKafkaAdminClient(**aiokafka_options(self._kafka, "cancels-admin"))
+    async def _partitions(self) -> list[TopicPartition]:
+        admin = AIOKafkaAdminClient(**aiokafka_options(self._kafka, "controls-admin"))
         await admin.start()
         try:
-            (topic,) = await admin.describe_topics([CANCEL_TOPIC])
+            described = await admin.describe_topics(list(CONTROL_TOPICS))
         finally:
             await admin.close()
-        if topic.get("error_code") or not topic.get("partitions"):
-            raise RuntimeError(f"topic {CANCEL_TOPIC} is not available")
-        return sorted(p["partition"] for p in topic["partitions"])
+        tps = []
+        for topic in described:
+            if topic.get("error_code") or not topic.get("partitions"):
+                raise RuntimeError(f"topic {topic.get('topic')} is not available")
+            tps += [TopicPartition(topic["topic"], p["partition"]) for p in topic["partitions"]]
+        return sorted(tps)
 
 
 async def _caught_up(consumer: AIOKafkaConsumer, ends: dict[TopicPartition, int]) -> bool:
@@ -269,7 +293,8 @@ class Controls:
     """What the operator controls need in a worker, built from the settings."""
 
     cancels: CancelRegistry
-    feed: CancelFeed
+    quarantine: QuarantineRegistry
+    feed: ControlFeed
     quotas: QuotaLimiter
     reply_producer: ReplyProducer
     reply_copies: ReplyCopies
@@ -279,12 +304,14 @@ class Controls:
     @classmethod
     def from_settings(cls, settings: Settings) -> Controls:
         cancels = CancelRegistry(settings.limits.max_timeout_ms, settings.worker.cancel_max_entries)
+        quarantine = QuarantineRegistry()
         replies = settings.replies
         lister = TopicLister(settings.kafka)
         producer = ReplyProducer(settings.kafka, lister, replies.copy_timeout_s, replies.prefix)
         return cls(
             cancels=cancels,
-            feed=CancelFeed(settings.kafka, cancels),
+            quarantine=quarantine,
+            feed=ControlFeed(settings.kafka, cancels, quarantine),
             quotas=QuotaLimiter(settings.tenants, settings.redis),
             reply_producer=producer,
             reply_copies=ReplyCopies(

@@ -84,7 +84,8 @@ def _request_options(f: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--glossary",
                 default=None,
-                help="A stored glossary of the tenant for this pair (see `glossary put`).",
+                help="A stored glossary of the tenant (the default tenant without --tenant) for "
+                "this pair (see `glossary put`).",
             ),
             click.option(
                 "--term",

@@ -1,4 +1,4 @@
-"""``babelstream dlq list | replay``: inspect dead letters and re-publish them once fixed."""
+"""``babelstream dlq list | replay | quarantine``: dead letters and quarantined records."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pipeline.dlq import (
     read_replayed,
 )
 from pipeline.messages import DeadLetterReason, now_ms
-from pipeline.pairs import DLQ_REPLAYED_TOPIC
+from pipeline.pairs import DLQ_REPLAYED_TOPIC, QUARANTINE_TOPIC
+from pipeline.quarantine import describe, quarantined, release
 from pipeline.settings import Settings
 from pipeline.stack.topics import ensure_named
 
@@ -157,3 +158,44 @@ def replay(
         f"{verb} {summary['replayed']} of {len(letters)} matching dead letter(s); "
         f"{summary['already_replayed']} already replayed, {summary['refused']} refused"
     )
+
+
+@dlq.group("quarantine")
+def quarantine_group() -> None:
+    """Records set apart for breaking a worker's steps (translate.quarantine).
+
+    A worker ends a quarantined record without running it, also after a
+    restart. Release one once the cause is fixed: its original bytes are
+    published again to the topic it came from, and the entry is removed.
+    """
+
+
+@quarantine_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record.")
+@click.pass_obj
+def list_quarantined(settings: Settings, as_json: bool) -> None:
+    """Every quarantined record, and every suspect a worker has still to try alone."""
+    ensure_named(settings, QUARANTINE_TOPIC)
+    entries = quarantined(settings)
+    if as_json:
+        for entry in entries:
+            click.echo(entry.model_dump_json(exclude_none=True))
+        return
+    for line in describe(entries):
+        click.echo(line)
+    click.echo(f"{len(entries)} record(s) in quarantine", err=True)
+
+
+@quarantine_group.command("release")
+@click.argument("ids", nargs=-1, required=True)
+@click.pass_obj
+def release_quarantined(settings: Settings, ids: tuple[str, ...]) -> None:
+    """Publish the quarantined records IDS (<topic>:<partition>:<offset>) again and
+    remove them from quarantine."""
+    ensure_named(settings, QUARANTINE_TOPIC)
+    try:
+        released = release(settings, ids)
+    except KeyError as exc:
+        raise click.BadParameter(f"not in quarantine: {exc.args[0]}", param_hint="IDS") from None
+    for entry in released:
+        click.echo(f"released {entry.record_id}: published again to {entry.source_topic}")

@@ -11,6 +11,7 @@ import click
 import redis
 
 from pipeline.errors import ContractError
+from pipeline.fairness import DEFAULT_TENANT
 from pipeline.fidelity.store import GlossaryError, GlossaryStore, StoredGlossary, read_terms
 from pipeline.pairs import Pair
 from pipeline.settings import Settings
@@ -50,7 +51,12 @@ def _run(action: Callable[[], T]) -> T:
         raise click.ClickException(f"cannot reach Redis: {exc}") from None
 
 
-_tenant = click.option("--tenant", required=True, help="Tenant the glossary belongs to.")
+_tenant = click.option(
+    "--tenant",
+    default=DEFAULT_TENANT,
+    show_default=True,
+    help="Tenant the glossary belongs to (requests that name no tenant are the default's).",
+)
 _pair_opt = click.option("--pair", required=True, help="Pair id, e.g. en_de.")
 _name = click.option("--name", default="default", show_default=True, help="Glossary name.")
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.engine.translator import Translator
+from pipeline.fairness import tenant_label
 from pipeline.fidelity.engine import TranslatorEngine, drive
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.fidelity.markup import BadMarkup
@@ -67,11 +68,13 @@ class FidelityService:
         if request.glossary is not None:
             if self.glossaries is None:
                 return Rejected("glossary_not_found", "this worker has no glossary store")
-            stored = self.glossaries.get(request.tenant or "", request.pair.id, request.glossary)
+            # a request without a tenant is the default tenant's, as for quotas and fair share
+            tenant = tenant_label(request.tenant)
+            stored = self.glossaries.get(tenant, request.pair.id, request.glossary)
             if stored is None:
                 return Rejected(
                     "glossary_not_found",
-                    f"no glossary {request.glossary!r} for tenant {request.tenant!r} "
+                    f"no glossary {request.glossary!r} for tenant {tenant!r} "
                     f"and pair {request.pair.id}",
                 )
         if not request.terms:

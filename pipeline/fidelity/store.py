@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
 
@@ -88,6 +89,11 @@ def read_terms(path: Path, max_terms: int) -> list[Term]:
     return terms
 
 
+def _part(value: str) -> str:
+    """One component of a Redis key, percent-encoded (unchanged for plain names)."""
+    return quote(value, safe="")
+
+
 class GlossaryStore:
     """Reads and writes glossaries in Redis."""
 
@@ -102,9 +108,14 @@ class GlossaryStore:
 
     def _key(self, kind: str, tenant: str, pair: str, name: str) -> str:
         for label, value in (("tenant", tenant), ("pair", pair), ("name", name)):
-            if not value or any(c in value for c in ":/ \n"):
-                raise GlossaryError(f"invalid glossary {label} {value!r}")
-        return f"{self._prefix}:{kind}:{tenant}:{pair}:{name}"
+            if not value:
+                raise GlossaryError(f"a glossary needs a {label}")
+        # any label the contract allows (spaces, ':' and '/' too) makes one unambiguous key
+        return f"{self._prefix}:{kind}:{_part(tenant)}:{_part(pair)}:{_part(name)}"
+
+    def _index(self, tenant: str) -> str:
+        """The set of ``<pair>/<name>`` of one tenant's glossaries."""
+        return f"{self._prefix}:glossaries:{_part(tenant)}"
 
     def put(self, tenant: str, pair: str, name: str, terms: Iterable[Term]) -> StoredGlossary:
         """Store ``terms`` as the next version of the glossary; returns what was stored."""
@@ -120,7 +131,7 @@ class GlossaryStore:
             pipe.set(
                 self._key("glossary", tenant, pair, name), json.dumps(document, ensure_ascii=False)
             )
-            pipe.sadd(f"{self._prefix}:glossaries:{tenant}", f"{pair}/{name}")
+            pipe.sadd(self._index(tenant), f"{pair}/{name}")
             pipe.publish(self.channel, json.dumps([tenant, pair, name, version]))
             pipe.execute()
         return stored
@@ -140,7 +151,7 @@ class GlossaryStore:
         """The tenant's glossaries (current versions), by pair and name."""
         members = sorted(
             m.decode() if isinstance(m, bytes) else m
-            for m in self._client.smembers(f"{self._prefix}:glossaries:{tenant}")
+            for m in self._client.smembers(self._index(tenant))
         )
         found = []
         for member in members:
@@ -154,7 +165,7 @@ class GlossaryStore:
         """Remove the glossary (its version counter stays); False when there was none."""
         with self._client.pipeline(transaction=True) as pipe:
             pipe.delete(self._key("glossary", tenant, pair, name))
-            pipe.srem(f"{self._prefix}:glossaries:{tenant}", f"{pair}/{name}")
+            pipe.srem(self._index(tenant), f"{pair}/{name}")
             pipe.publish(self.channel, json.dumps([tenant, pair, name, None]))
             removed, _, _ = pipe.execute()
         return bool(removed)

@@ -18,6 +18,7 @@ from pipeline.pairs import (
     CANCEL_TOPIC,
     DLQ_REPLAYED_TOPIC,
     DLQ_TOPIC,
+    QUARANTINE_TOPIC,
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
     SLA_LATE_TOPIC,
@@ -71,6 +72,8 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
         DLQ_REPLAYED_TOPIC: TopicSpec(
             kafka.replay_marker_partitions, {"cleanup.policy": "compact"}
         ),
+        # an entry stays until an operator releases it (a tombstone)
+        QUARANTINE_TOPIC: TopicSpec(kafka.quarantine_partitions, {"cleanup.policy": "compact"}),
         SLA_LATE_TOPIC: TopicSpec(kafka.sla_late_partitions),
         TICKS_TOPIC: TopicSpec(
             kafka.ticks_partitions, {"retention.ms": str(kafka.ticks_retention_ms)}

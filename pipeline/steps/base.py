@@ -11,10 +11,17 @@ kept apart everywhere:
 * *transient*: the fault belongs to the infrastructure (Kafka, the dedup
   table, the engine as a whole). The step raises :class:`TransientError`; the
   runner retries the whole batch with backoff and nothing is committed past it.
+
+Anything else a step raises is a fault no step anticipated: the runner sets
+the request that causes it apart (``pipeline/steps/runner.py``), so it can
+never stop a pair. A step that writes outside the batch (Kafka, Redis,
+metrics, traces) or reads state kept per consumed record says so with a
+class attribute ``in_canary = False``: the runner's canary request skips it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +38,9 @@ from pipeline.messages import (
     now_ms,
 )
 from pipeline.pairs import RESULTS_TOPIC, Pair
+
+# how often a step waiting for a control feed looks again
+READY_POLL_S = 0.05
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -69,7 +79,8 @@ class Outgoing:
 
     topic: str
     key: bytes | None
-    value: bytes
+    # None: a tombstone (compacted control topics)
+    value: bytes | None
     headers: Headers
     kind: str = "result"
     reply_to: str | None = None
@@ -187,6 +198,18 @@ class Batch:
     def unanswered(self) -> list[Item]:
         return [item for item in self.items if item.unanswered]
 
+    def count_outcomes(self) -> None:
+        """Count the items' results and dead letters into ``stats`` (for metrics)."""
+        stats = self.stats
+        for item in self.items:
+            if item.dead_letter is not None:
+                stats.dead_letters += 1
+            if item.result is not None:
+                result = item.result
+                stats.by_status[result.status] = stats.by_status.get(result.status, 0) + 1
+                if result.status == "ok" and result.cache:
+                    stats.by_cache[result.cache] = stats.by_cache.get(result.cache, 0) + 1
+
     def resolve(self, item: Item, status: Status, **fields: Any) -> None:
         """Give ``item`` its one result (it must carry a decoded request)."""
         assert item.request is not None, "only decoded requests get results"
@@ -208,3 +231,30 @@ class Step(Protocol):
     """
 
     async def __call__(self, batch: Batch) -> None: ...
+
+
+class ControlFeed(Protocol):
+    """A registry a worker fills from a compacted control topic (cancels, quarantine)."""
+
+    @property
+    def ready(self) -> bool:
+        """Whether the topic has been read up to where it stood when the worker started."""
+        ...
+
+
+async def wait_until_read(feed: ControlFeed, wait_s: float, topic: str) -> None:
+    """Wait up to ``wait_s`` until ``feed`` is ready; raise TransientError if it is not.
+
+    A control record published before a restart must not be missed, and the
+    feed catches up within moments of start.
+    """
+    deadline = time.monotonic() + wait_s
+    while not feed.ready and time.monotonic() < deadline:
+        await asyncio.sleep(READY_POLL_S)
+    if not feed.ready:
+        raise TransientError(f"{topic} has not been read up to its end yet")
+
+
+def runs_in_canary(step: Step) -> bool:
+    """Whether the runner's canary request goes through ``step`` (its ``in_canary``)."""
+    return bool(getattr(step, "in_canary", True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pipeline.cache import TwoLevelCache
 from pipeline.steps.base import Batch
 
@@ -13,6 +15,8 @@ class CacheLookup:
     Raises: nothing: a failing or corrupt L2 is a miss (counted by the cache),
     never a failed request.
     """
+
+    in_canary: ClassVar[bool] = False  # a canary must reach the engine, not a cached copy
 
     def __init__(self, cache: TwoLevelCache) -> None:
         self._cache = cache

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Protocol
 
 from pipeline.messages import CancelRequest, TranslationRequest
-from pipeline.steps.base import Batch, TransientError
-
-READY_POLL_S = 0.05
+from pipeline.pairs import CANCEL_TOPIC
+from pipeline.steps.base import Batch, wait_until_read
 
 
 class CancelLookup(Protocol):
@@ -32,17 +30,12 @@ class Cancel:
     :class:`TransientError` when it is still not read by then (the runner retries).
     """
 
-    def __init__(self, cancels: CancelLookup, ready_wait_s: float = 10.0) -> None:
+    def __init__(self, cancels: CancelLookup, ready_wait_s: float) -> None:
         self._cancels = cancels
         self._ready_wait_s = ready_wait_s
 
     async def __call__(self, batch: Batch) -> None:
-        waited = 0.0
-        while not self._cancels.ready and waited < self._ready_wait_s:
-            await asyncio.sleep(READY_POLL_S)  # the feed catches up within moments of start
-            waited += READY_POLL_S
-        if not self._cancels.ready:
-            raise TransientError("the cancel topic has not been read up to its end yet")
+        await wait_until_read(self._cancels, self._ready_wait_s, CANCEL_TOPIC)
         for item in batch.pending():
             if item.request is None:
                 continue

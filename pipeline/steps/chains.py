@@ -16,8 +16,10 @@ from pipeline.steps.emit import Emit
 from pipeline.steps.engine import EngineRunner, Translate
 from pipeline.steps.fidelity import ApplyGlossary, TranslateFaithfully
 from pipeline.steps.handoff import HandOff
+from pipeline.steps.isolation import Chain
 from pipeline.steps.observe import Observe, StatsSink
 from pipeline.steps.publish import Producer, Publish
+from pipeline.steps.quarantine import Quarantine, QuarantineLookup
 from pipeline.steps.quota import QuotaCheck, Quotas
 from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.resolve import Resolve
@@ -37,48 +39,75 @@ def translation_steps(
     totals: StatsSink,
     compute_type: str,
     cancels: CancelLookup,
+    quarantine: QuarantineLookup,
+    control_wait_s: float,
     quotas: Quotas,
     replies: ReplyCopies,
     recent_translations: int,
     fidelity: FidelityService | None = None,
-) -> list[Step]:
+) -> Chain:
     """A translation agent's micro-batch: one result (or dead letter) per record.
 
-    Cancelled requests and those over their tenant's quota are answered before
-    any lookup. Past the engine the batch hands off: the agent's next one may
-    start while this one stores and publishes. With ``fidelity``, glossaries key
-    the digest before any lookup and the engine step keeps markup, placeholders
-    and terms (``pipeline.fidelity``). ``recent_translations``: how many finished
-    translations the engine step keeps for later batches (``worker.recent_translations``).
+    Quarantined, expired and cancelled requests are answered first, and those
+    over their tenant's quota before any lookup. Past the engine the batch
+    hands off: the agent's next one may start while this one stores and
+    publishes. With ``fidelity``, glossaries key the digest before any lookup
+    and the engine step keeps markup, placeholders and terms
+    (``pipeline.fidelity``). ``recent_translations``: how many finished
+    translations the engine step keeps for later batches
+    (``worker.recent_translations``); ``control_wait_s``: how long a batch
+    waits at start for the cancel and quarantine topics to be read.
     """
-    return [
-        Decode(limits),
-        *([ApplyGlossary(fidelity)] if fidelity else []),
-        OpenSpans(compute_type),
-        Deadline(limits.default_timeout_ms),
-        Cancel(cancels),
-        QuotaCheck(quotas),
-        InBatchDedup(),
-        WindowLookup(window),
-        CacheLookup(cache),
-        (
-            TranslateFaithfully(engine, fidelity, recent_translations)
-            if fidelity
-            else Translate(engine, recent_translations)
+    return Chain(
+        decide=(
+            Decode(limits),
+            Quarantine(quarantine, limits, control_wait_s),
+            OpenSpans(compute_type),
+            Deadline(limits.default_timeout_ms),
+            Cancel(cancels, control_wait_s),
+            *([ApplyGlossary(fidelity)] if fidelity else []),
+            QuotaCheck(quotas),
+            InBatchDedup(),
+            WindowLookup(window),
+            CacheLookup(cache),
+            (
+                TranslateFaithfully(engine, fidelity, recent_translations)
+                if fidelity
+                else Translate(engine, recent_translations)
+            ),
+            HandOff(),
+            Store(cache, window),
+            Resolve(),
         ),
-        HandOff(),
-        Store(cache, window),
-        Resolve(),
-        Emit(),
-        Publish(producer),
-        replies,
-        CloseSpans(compute_type),
-        Observe(totals),
-    ]
+        publish=_publish(producer, replies, totals, compute_type),
+    )
 
 
 def routing_steps(
-    *, router: Router, producer: Producer, totals: StatsSink, replies: ReplyCopies
-) -> list[Step]:
+    *,
+    router: Router,
+    limits: LimitSettings,
+    quarantine: QuarantineLookup,
+    control_wait_s: float,
+    producer: Producer,
+    totals: StatsSink,
+    replies: ReplyCopies,
+) -> Chain:
     """The router's micro-batch: every ingress record to where it belongs."""
-    return [Route(router), Publish(producer), replies, Observe(totals)]
+    return Chain(
+        decide=(Quarantine(quarantine, limits, control_wait_s), Route(router)),
+        publish=_publish(producer, replies, totals, None),
+    )
+
+
+def _publish(
+    producer: Producer, replies: ReplyCopies, totals: StatsSink, compute_type: str | None
+) -> tuple[Step, ...]:
+    """What every agent does with a decided batch: records out, acknowledged, counted."""
+    return (
+        Emit(),
+        Publish(producer),
+        replies,
+        *([CloseSpans(compute_type)] if compute_type is not None else []),
+        Observe(totals),
+    )

@@ -12,8 +12,9 @@ class Emit:
     """Turns every resolved item into the record to produce.
 
     Reads: ``result`` (to the shared results topic, keyed by request id, with the
-    request's ``reply_to`` for its copy) or ``dead_letter`` (to the DLQ, with the
-    original key). Sets: ``batch.outgoing``. Raises: nothing.
+    request's ``reply_to`` for its copy) and ``dead_letter`` (to the DLQ, with the
+    original key; a request set apart by the runner has both). Sets:
+    ``batch.outgoing``. Raises: nothing.
     """
 
     async def __call__(self, batch: Batch) -> None:
@@ -26,7 +27,7 @@ class Emit:
                         reply_to=item.request.reply_to,
                     )
                 )
-            elif item.dead_letter is not None:
+            if item.dead_letter is not None:
                 batch.outgoing.append(
                     Outgoing(
                         DLQ_TOPIC,

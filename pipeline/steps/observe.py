@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline import metrics
 from pipeline.steps.base import Batch, BatchStats
@@ -22,6 +22,8 @@ class Observe:
 
     Reads: results, outgoing kinds and stats. Raises: nothing.
     """
+
+    in_canary: ClassVar[bool] = False  # a canary is not counted
 
     def __init__(self, totals: StatsSink) -> None:
         self._totals = totals

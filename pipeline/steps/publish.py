@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline.steps.base import Batch, Outgoing
 
@@ -23,6 +23,8 @@ class Publish:
 
     Raises: :class:`~pipeline.steps.base.TransientError` (delivery failed).
     """
+
+    in_canary: ClassVar[bool] = False  # a canary is never published
 
     def __init__(self, producer: Producer) -> None:
         self._producer = producer

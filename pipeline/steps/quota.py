@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline import metrics
 from pipeline.fairness import tenant_label
@@ -30,6 +30,8 @@ class QuotaCheck:
     charged once however often it is checked (a retried batch, a redelivery).
     Raises: nothing (the counters' Redis down: requests are admitted, counted).
     """
+
+    in_canary: ClassVar[bool] = False  # a canary charges no tenant
 
     def __init__(self, quotas: Quotas) -> None:
         self._quotas = quotas

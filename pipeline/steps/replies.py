@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import ClassVar
 
 from pipeline import metrics
 from pipeline.replies import ReplyTopicCheck
@@ -24,6 +25,8 @@ class ReplyCopies:
     (``babelstream_reply_copies_total{outcome}``), never retried, and never
     holds back the batch's commit. Raises: nothing.
     """
+
+    in_canary: ClassVar[bool] = False  # a canary is never published
 
     def __init__(self, producer: Producer, topics: ReplyTopicCheck, timeout_s: float) -> None:
         self._producer = producer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.steps.base import Batch, Item
+from pipeline.steps.base import Batch
 
 
 class Resolve:
@@ -40,16 +40,4 @@ class Resolve:
                     model=batch.model_id,
                     batch_size=source.engine_batch_size,
                 )
-        _count(batch, batch.items)
-
-
-def _count(batch: Batch, items: list[Item]) -> None:
-    stats = batch.stats
-    for item in items:
-        if item.dead_letter is not None:
-            stats.dead_letters += 1
-        elif item.result is not None:
-            result = item.result
-            stats.by_status[result.status] = stats.by_status.get(result.status, 0) + 1
-            if result.status == "ok" and result.cache:
-                stats.by_cache[result.cache] = stats.by_cache.get(result.cache, 0) + 1
+        batch.count_outcomes()

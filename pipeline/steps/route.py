@@ -24,7 +24,7 @@ class Route:
         self._router = router
 
     async def __call__(self, batch: Batch) -> None:
-        for item in batch.items:
+        for item in batch.pending():
             record = item.record
             span = start_consumer_span(
                 SPAN_ROUTE,

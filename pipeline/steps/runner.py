@@ -1,20 +1,30 @@
-"""Run one micro-batch through its steps; retry the whole batch when a step fails.
+"""Run one micro-batch through its steps: retry transient faults, isolate the rest.
 
-Steps resolve input-caused failures themselves, so anything a step raises is
-not the request's fault: a :class:`TransientError` (Kafka, the dedup table,
-the engine as a whole) or a bug. Either way the batch is retried from the
-start with bounded exponential backoff (tenacity), its partitions paused by
-the caller meanwhile, and nothing is committed past it. Past the retry budget
-:class:`RetryBudgetExhausted` is raised: the worker must exit non-zero so its
-partitions move to a healthy replica. Nothing is lost: the records were never
-committed.
+Steps resolve the failures they know to be input-caused themselves. What a
+step still raises is one of two things, and they are handled apart:
+
+* :class:`TransientError` (Kafka, the dedup table, the engine as a whole): the
+  infrastructure is at fault. The batch is retried with bounded exponential
+  backoff (tenacity), its partitions paused by the caller meanwhile, nothing
+  committed past it. Past ``retry_budget_s`` :class:`RetryBudgetExhausted`
+  is raised: the worker exits non-zero and the group moves its partitions to
+  a healthy replica. Nothing is lost: the records were never committed.
+* anything else: a bug, or input no step anticipated. The request at fault is
+  set apart at once (:mod:`pipeline.steps.isolation`) and the rest of the
+  batch goes on: one request holds its partitions for one pass of isolation,
+  never for a retry budget.
+
+Between attempts of a transient failure, what earlier steps answered without
+compute (cancelled, expired, over quota, dead letters) is published at once,
+so a cancel reaches a request whose batch keeps retrying.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from tenacity import (
     AsyncRetrying,
@@ -25,12 +35,24 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from pipeline.steps.base import Batch, Record, RetryBudgetExhausted, Step, TransientError
-from pipeline.steps.trace import abandon_spans
+from pipeline.messages import record_id
+from pipeline.settings import LimitSettings
+from pipeline.steps.base import Batch, Item, Record, RetryBudgetExhausted, TransientError
+from pipeline.steps.isolation import (
+    QUARANTINED,
+    BatchFactory,
+    CanaryFactory,
+    Chain,
+    Isolation,
+    describe,
+    forget,
+    run_steps,
+)
+from pipeline.steps.publish import Producer
+from pipeline.steps.quarantine import QuarantineLookup
 
 log = logging.getLogger(__name__)
 
-BatchFactory = Callable[[list[Record]], Batch]
 # Called before each backoff sleep: (the exception, seconds until the next attempt).
 RetryHook = Callable[[BaseException, float], Awaitable[None]]
 
@@ -44,21 +66,81 @@ class RetryPolicy:
     budget_s: float
 
 
+@dataclass
+class RunnerHealth:
+    """Whether an agent's batches go through, for readiness, ``status`` and metrics.
+
+    ``failing_since`` (``clock()``) is set while a batch keeps failing
+    transiently, with the attempt count, the last exception's class and the
+    batch's first record; cleared when a batch goes through. ``isolated`` and
+    ``quarantined`` count the requests set apart so far.
+    """
+
+    failing_since: float | None = None
+    attempts: int = 0
+    error: str = ""
+    first_record: str = ""
+    isolated: int = 0
+    quarantined: int = 0
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    def failing_for_s(self) -> float:
+        """Seconds the current batch has been failing (0 when batches go through)."""
+        return 0.0 if self.failing_since is None else self.clock() - self.failing_since
+
+    def failed(self, exc: BaseException, attempt: int, first: Record) -> None:
+        if self.failing_since is None:
+            self.failing_since = self.clock()
+        self.attempts = attempt
+        self.error = type(exc).__name__
+        self.first_record = record_id(first.topic, first.partition, first.offset)
+
+    def passed(self) -> None:
+        self.failing_since = None
+        self.attempts = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "failing_s": round(self.failing_for_s(), 1),
+            "attempts": self.attempts,
+            "error": self.error,
+            "first_record": self.first_record,
+        }
+
+
 class BatchRunner:
-    """Composes the steps of one agent and runs each micro-batch through them in order."""
+    """Runs each micro-batch of one agent through its :class:`Chain`."""
 
     def __init__(
         self,
-        steps: Sequence[Step],
+        chain: Chain,
         make_batch: BatchFactory,
         policy: RetryPolicy,
         *,
+        limits: LimitSettings,
+        canary: CanaryFactory,
+        quarantine: QuarantineLookup,
+        producer: Producer,
         name: str = "batch",
     ) -> None:
-        self.steps = tuple(steps)
+        """``limits``: how isolated records are decoded to answer them; ``canary``: a
+        known-good request for this agent's steps; ``quarantine``: the records set
+        apart so far; ``producer``: where suspect marks go."""
+        self.chain = chain
         self._make_batch = make_batch
         self._policy = policy
         self._name = name
+        self.health = RunnerHealth()
+        self._isolation = Isolation(
+            chain,
+            make_batch,
+            limits=limits,
+            canary=canary,
+            quarantine=quarantine,
+            producer=producer,
+            counts=self.health,
+            name=name,
+        )
 
     async def run(
         self,
@@ -66,8 +148,11 @@ class BatchRunner:
         on_retry: RetryHook | None = None,
         on_hand_off: Callable[[], None] | None = None,
         on_last_call: Callable[[], None] | None = None,
-    ) -> Batch:
-        """The finished batch (everything published); raises RetryBudgetExhausted.
+    ) -> Batch | None:
+        """Return once every record has its outputs published; raises RetryBudgetExhausted.
+
+        Returns the batch as its last attempt ran it when it went through whole,
+        None when requests of it were set apart.
 
         ``on_retry`` runs before each backoff sleep (the caller pauses its
         partitions there); ``on_hand_off`` when an attempt is done with the
@@ -75,12 +160,13 @@ class BatchRunner:
         that gets that far; ``on_last_call`` when an attempt's last planned
         engine call gets the engine (:attr:`Batch.last_call_started`).
         """
+        remaining = list(records)
 
         async def before_sleep(state: RetryCallState) -> None:
-            await self._before_sleep(state, on_retry)
+            await self._before_sleep(state, remaining[0] if remaining else records[0], on_retry)
 
         retrying = AsyncRetrying(
-            retry=retry_if_exception_type(Exception),
+            retry=retry_if_exception_type(TransientError),
             wait=wait_exponential_jitter(
                 multiplier=self._policy.initial_s,
                 max=self._policy.max_s,
@@ -92,54 +178,94 @@ class BatchRunner:
         try:
             async for attempt in retrying:
                 with attempt:
-                    batch = self._make_batch(records)
-                    batch.stats.attempts = attempt.retry_state.attempt_number
-                    if on_hand_off is not None:
-                        batch.hand_off = on_hand_off
-                    if on_last_call is not None:
-                        batch.last_call_started = on_last_call
-                    await self._through_steps(batch)
+                    batch = await self._attempt(
+                        remaining, attempt.retry_state.attempt_number, on_hand_off, on_last_call
+                    )
+                    self.health.passed()
+                    await self._isolation.passed()
                     return batch
         except RetryError as exc:
             cause = exc.last_attempt.exception()
             raise RetryBudgetExhausted(
                 f"{self._name}: still failing after {self._policy.budget_s:.0f}s of retries: "
-                f"{_describe(cause)}"
+                f"{describe(cause)}"
             ) from cause
         raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _through_steps(self, batch: Batch) -> None:
+    async def _attempt(
+        self,
+        remaining: list[Record],
+        number: int,
+        on_hand_off: Callable[[], None] | None,
+        on_last_call: Callable[[], None] | None,
+    ) -> Batch | None:
+        """One try at what ``remaining`` still owes; it shrinks as parts are published."""
+        owed = len(remaining)
+        await self._isolation.try_suspects(remaining)
+        if not remaining:
+            return None
+        batch = self._make_batch(remaining)
+        batch.stats.attempts = number
+        if on_hand_off is not None:
+            batch.hand_off = on_hand_off
+        if on_last_call is not None:
+            batch.last_call_started = on_last_call
         try:
-            for step in self.steps:
-                await step(batch)
-        except Exception as exc:
-            abandon_spans(batch, _describe(exc))
+            await run_steps(self.chain.steps, batch)
+        except TransientError:
+            await self._publish_answered(batch, remaining)
             raise
+        except Exception as exc:
+            await self._isolation.isolate(remaining, exc, first=self.health.failing_since is None)
+            return None
+        return batch if len(remaining) == owed else None
 
-    async def _before_sleep(self, state: RetryCallState, on_retry: RetryHook | None) -> None:
+    async def _publish_answered(self, failed: Batch, remaining: list[Record]) -> None:
+        """Publish what a failed attempt answered before any compute; drop it from
+        ``remaining``.
+
+        Cancelled, expired, over-quota requests and dead letters were decided
+        by steps that do not depend on what failed; publishing them now lets a
+        cancel end a request whose batch keeps retrying. Best effort: if this
+        fails too (the broker is away), they are decided again next attempt.
+        """
+        answered = [item for item in failed.items if _decided_without_compute(item)]
+        if not answered or len(answered) == len(failed.items):
+            return
+        done = self._make_batch([item.record for item in answered])
+        done.items = answered
+        done.count_outcomes()
+        try:
+            await run_steps(self.chain.publish, done)
+        except Exception as exc:
+            log.debug("%s: answered requests not published this attempt: %s", self._name, exc)
+            return
+        forget([item.record for item in answered], remaining)
+
+    async def _before_sleep(
+        self, state: RetryCallState, first: Record, on_retry: RetryHook | None
+    ) -> None:
         exc = state.outcome.exception() if state.outcome else None
         if exc is None:
             return
         sleep = state.next_action.sleep if state.next_action else 0.0
-        if isinstance(exc, TransientError):
-            log.warning(
-                "%s: attempt %d failed (%s); retrying in %.1fs, nothing committed",
-                self._name,
-                state.attempt_number,
-                exc,
-                sleep,
-            )
-        else:  # not a known infrastructure fault: a bug deserves its traceback
-            log.error(
-                "%s: attempt %d failed unexpectedly; retrying in %.1fs",
-                self._name,
-                state.attempt_number,
-                sleep,
-                exc_info=exc,
-            )
+        self.health.failed(exc, state.attempt_number, first)
+        log.warning(
+            "%s: attempt %d failed (%s); retrying in %.1fs, nothing committed",
+            self._name,
+            state.attempt_number,
+            exc,
+            sleep,
+        )
         if on_retry is not None:
             await on_retry(exc, sleep)
 
 
-def _describe(exc: BaseException | None) -> str:
-    return f"{type(exc).__name__}: {exc}" if exc is not None else "unknown failure"
+def _decided_without_compute(item: Item) -> bool:
+    """Answered by a step that runs before any lookup or the engine."""
+    if item.dead_letter is not None:
+        return True
+    result = item.result
+    return result is not None and (
+        result.status in ("cancelled", "timeout", "rejected") or result.reason == QUARANTINED
+    )

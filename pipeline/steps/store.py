@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pipeline.cache import CachedTranslation, TwoLevelCache
 from pipeline.steps.base import Batch, TransientError
 from pipeline.steps.window import DedupWindow
@@ -16,6 +18,8 @@ class Store:
     :class:`TransientError` when the window cannot be written; cache failures
     only degrade the cache.
     """
+
+    in_canary: ClassVar[bool] = False  # a canary writes no cache or window
 
     def __init__(self, cache: TwoLevelCache, window: DedupWindow) -> None:
         self._cache = cache

@@ -8,7 +8,7 @@ request's own trace (from its Kafka headers). Results are produced with the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -29,6 +29,8 @@ class OpenSpans:
 
     Reads: record headers. Sets: ``batch.span``, ``item.span``. Raises: nothing.
     """
+
+    in_canary: ClassVar[bool] = False  # a canary leaves no trace
 
     def __init__(self, compute_type: str) -> None:
         self._compute_type = compute_type
@@ -69,6 +71,8 @@ class CloseSpans:
 
     Reads: results and stats. Raises: nothing.
     """
+
+    in_canary: ClassVar[bool] = False  # a canary leaves no trace
 
     def __init__(self, compute_type: str) -> None:
         self._compute_type = compute_type

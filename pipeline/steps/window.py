@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline.cache import CachedTranslation
 from pipeline.steps.base import Batch, Item, TransientError
@@ -26,6 +26,8 @@ class WindowLookup:
     Reads: ``digest``. Sets: ``translation`` and ``cache="window"``.
     Raises: :class:`TransientError` (table unavailable).
     """
+
+    in_canary: ClassVar[bool] = False  # the table is read through the consumed event of each item
 
     def __init__(self, window: DedupWindow) -> None:
         self._window = window

@@ -6,12 +6,15 @@ en-XA character map (the demo model translates letter by letter).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from click.testing import CliRunner
 
+from pipeline.cli import main
 from pipeline.client import RequestOptions, TranslationClient, build_requests
 from pipeline.demo_model.pseudo import to_pseudo as xa
 from pipeline.fidelity.glossary import Term
@@ -91,3 +94,27 @@ def test_glossary_versions_are_picked_up_and_never_served_stale(settings, worker
     (missing,) = translate(settings, [text], tenant=tenant, glossary="nope")
     assert (missing.status, missing.reason) == ("error", "glossary_not_found")
     store.close()
+
+
+def test_a_glossary_named_without_a_tenant_is_the_default_tenants(settings, worker, tmp_path):
+    """Valid by the contract: it ends at once with a clear result, and the pair serves on."""
+    name = f"g-{uuid.uuid4().hex[:8]}"
+    text = "Kafka at the train station"
+    began = time.monotonic()
+    (missing,) = translate(settings, [text], glossary=name)
+    assert (missing.status, missing.reason) == ("error", "glossary_not_found")
+    assert "'default'" in (missing.error or "")
+    assert time.monotonic() - began < 10, "answered at once, not retried"
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("train station\tBahnhof\n", encoding="utf-8")
+    put = CliRunner().invoke(
+        main, ["glossary", "put", "--pair", EN_XA.id, "--name", name, str(terms)]
+    )
+    assert put.exit_code == 0 and json.loads(put.output)["tenant"] == "default", put.output
+    deadline = time.monotonic() + 20
+    while (found := translate(settings, [text], glossary=name)[0]).status != "ok":
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+    assert found.translation == f"{xa('Kafka at the')} Bahnhof"
+    plain = translate(settings, [f"Plain sentence {i}." for i in range(5)])
+    assert {r.status for r in plain} == {"ok"}

@@ -18,10 +18,12 @@ from kafka.errors import KafkaError
 from pipeline.cache import RedisCache
 from pipeline.client import reliable_producer
 from pipeline.kafka_clients import admin_client
-from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC
+from pipeline.messages import QuarantineRecord
+from pipeline.pairs import DLQ_TOPIC, QUARANTINE_TOPIC, RESULTS_TOPIC
 from pipeline.quota import QuotaLimiter
 from pipeline.replies import ReplyTopic
 from pipeline.settings import Settings, TenantSettings, load_settings
+from pipeline.stack.topics import ensure_named
 from pipeline.steps.base import Outgoing, TransientError
 from tests.hotpath_cases import CASES, Case, Harness
 from tests.integration.helpers import TopicTail
@@ -55,6 +57,11 @@ class KafkaProducer:
         self._producer.close(timeout=10)
 
 
+def _quarantine_kind(value: bytes | None) -> str:
+    """What a quarantine-topic record is: suspect, quarantined, or cleared (a tombstone)."""
+    return "cleared" if value is None else str(QuarantineRecord.from_json(value).state)
+
+
 class KafkaBackend:
     def __init__(self, settings: Settings) -> None:
         self.producer = KafkaProducer(settings)
@@ -64,10 +71,12 @@ class KafkaBackend:
         self._reply = ReplyTopic.for_call(settings.kafka, settings.replies, label="hotpath")
         self.reply_topic = self._reply.create().name
         bootstrap = settings.kafka.bootstrap_servers
+        ensure_named(settings, QUARANTINE_TOPIC)
         self._tails = [
             TopicTail(bootstrap, RESULTS_TOPIC),
             TopicTail(bootstrap, DLQ_TOPIC),
             TopicTail(bootstrap, self.reply_topic),
+            TopicTail(bootstrap, QUARANTINE_TOPIC),
         ]
 
     def quotas(self, chars: dict[str, int]) -> QuotaLimiter:
@@ -86,13 +95,17 @@ class KafkaBackend:
     async def published(self, marker: str, expected: int) -> list[Outgoing]:
         def ours() -> list[Outgoing]:
             found = []
-            kinds = ("result", "dead_letter", "result")
+            kinds = ("result", "dead_letter", "result", None)
             for tail, kind in zip(self._tails, kinds, strict=True):
                 for record in tail.drain(quiet_s=0.5):
-                    if marker.encode() in (record.value or b""):
+                    if marker.encode() in (record.value or b"") + (record.key or b""):
                         found.append(
                             Outgoing(
-                                tail.topic, record.key, record.value, list(record.headers), kind
+                                tail.topic,
+                                record.key,
+                                record.value,
+                                list(record.headers),
+                                kind or _quarantine_kind(record.value),
                             )
                         )
             return found

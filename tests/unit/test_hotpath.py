@@ -103,7 +103,9 @@ class FakeBackend:
         return {self.reply_topic, "translate.results"}
 
     async def published(self, marker: str, expected: int) -> list[Outgoing]:
-        return [o for o in self.producer.sent if marker.encode() in o.value]
+        return [
+            o for o in self.producer.sent if marker.encode() in (o.value or b"") + (o.key or b"")
+        ]
 
     def write_raw(self, key: str, value: bytes) -> None:
         self.redis.data[key] = value

@@ -86,6 +86,9 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
     metrics.set_batching_state("en_de", controller.state)
     metrics.set_committed_lag("babelstream", {("translate.requests.en_de", 0): 7})
     metrics.set_worker_ready(True)
+    metrics.set_batch_failing("translate.requests.en_de", 12.5)
+    metrics.record_isolated("translate.requests.en_de", "internal_error", 1)
+    metrics.QUARANTINED_KNOWN.set(2)
     cache = RedisCache(RedisSettings(), client=_FailingRedis())  # type: ignore[arg-type]
     assert cache.get_many(["d1"]) == {}
     tracker = metrics.TotalTracker(metrics.CACHE_ERRORS)
@@ -109,6 +112,11 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
         'topic="translate.requests.en_de"} 7.0'
     ) in text
     assert re.search(r"^babelstream_worker_ready 1\.0$", text, re.M)
+    assert re.search(
+        r'^babelstream_batch_failing_seconds\{agent="translate.requests.en_de"\} 12\.5$',
+        text,
+        re.M,
+    )
     assert re.search(r'^babelstream_batch_retries_total\{pair="en_de"\} 2\.0$', text, re.M)
     assert re.search(r'^babelstream_engine_tokens_per_second\{pair="en_de"\} 40\.0$', text, re.M)
     assert re.search(r"^babelstream_cache_errors_total 1\.0$", text, re.M)

@@ -84,6 +84,7 @@ def test_topic_specs_cover_the_design() -> None:
         "translate.bulk.en_en-XA": 3,
         "translate.cancel": settings.kafka.cancel_partitions,
         "translate.dlq.replayed": settings.kafka.replay_marker_partitions,
+        "translate.quarantine": settings.kafka.quarantine_partitions,
     }
 
 
@@ -94,6 +95,7 @@ def test_control_topics_are_compacted_and_cancels_expire_with_the_longest_deadli
     assert cancel["cleanup.policy"] == "compact,delete"
     assert cancel["retention.ms"] == "600000"
     assert specs["translate.dlq.replayed"].config == {"cleanup.policy": "compact"}
+    assert specs["translate.quarantine"].config == {"cleanup.policy": "compact"}
 
 
 def test_ticks_topic_keeps_heartbeats_briefly() -> None:
