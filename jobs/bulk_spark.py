@@ -52,7 +52,7 @@ from pipeline.bulk.segmenter import Segment, Segmentation, segment_for_format
 from pipeline.bulk.state import JobState
 from pipeline.kafka_clients import spark_kafka_options, spark_kafka_source_options
 from pipeline.messages import now_ms
-from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_topic
+from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_work_topic
 from pipeline.settings import Settings
 from pipeline.stack.jars import spark_kafka_jars
 
@@ -229,17 +229,18 @@ def submit(
 
     Markup documents (``text_format`` html, xml, markdown) are one segment each.
     """
+    model_id = model_id_for(settings, pair)
     template = RequestTemplate(
         job_id=job_id,
         pair=pair,
-        model_id=model_id_for(settings, pair),
+        model_id=model_id,
         timeout_ms=settings.bulk.timeout_ms,
         tenant=tenant,
         domain=domain,
         text_format=text_format,
         glossary=glossary,
     )
-    topic = topic or bulk_topic(pair)
+    topic = topic or bulk_work_topic(model_id)
     state = JobState(settings.bulk.state_dir, job_id)
     plan_dir = plan_path(settings, job_id)
     state.start(

@@ -113,7 +113,7 @@ def worker_status(group: Group, timeout_s: float) -> ComponentStatus:
     ]
     detail = (
         f"group {group.group_id} ({group.state}): members {len(members)}, ready {ready}, "
-        f"pairs {', '.join(group.pairs) or 'none'}, lag {total_lag}" + "".join(lines)
+        f"models {', '.join(group.models) or 'none'}, lag {total_lag}" + "".join(lines)
     )
     return ComponentStatus(
         "worker",

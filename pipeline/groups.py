@@ -18,7 +18,7 @@ from kafka import TopicPartition
 from kafka.admin import OffsetSpec
 
 from pipeline.kafka_clients import admin_client
-from pipeline.pairs import PAIR_BULK_PREFIX, PAIR_REQUESTS_PREFIX
+from pipeline.pairs import BULK_WORK_PREFIX, WORK_PREFIX
 from pipeline.settings import KafkaSettings
 
 # Faust's member metadata ends with a JSON document that holds the worker's web URL.
@@ -59,13 +59,13 @@ class Group:
         return {topic for m in self.members for topic in m.assigned}
 
     @property
-    def pairs(self) -> list[str]:
-        """Pair ids whose interactive or bulk work topic a member holds."""
+    def models(self) -> list[str]:
+        """Model ids whose interactive or bulk work topic a member holds."""
         return sorted(
             {
                 topic.removeprefix(prefix)
                 for topic in self.topics
-                for prefix in (PAIR_REQUESTS_PREFIX, PAIR_BULK_PREFIX)
+                for prefix in (WORK_PREFIX, BULK_WORK_PREFIX)
                 if topic.startswith(prefix)
             }
         )
@@ -74,7 +74,7 @@ class Group:
         return {
             "group_id": self.group_id,
             "state": self.state,
-            "pairs": self.pairs,
+            "models": self.models,
             "members": [m.to_dict() for m in self.members],
             "lag": self.lag,
         }

@@ -27,6 +27,8 @@ from pipeline.settings import Settings
 log = logging.getLogger(__name__)
 
 DEMO_PAIR = Pair("en", "en-XA")
+# the model serving the demo pairs (models/registry.toml): it names their work topics
+DEMO_MODEL = "babelstream-demo-enxa"
 
 
 class WorkerNotReady(BabelStreamError):

@@ -284,7 +284,8 @@ class SlaWindow(_Message):
 
 
 class Tick(_Message):
-    """A worker's heartbeat for one pair it serves: its clock, so event time moves without traffic.
+    """A worker's heartbeat: its clock, so event time moves without traffic (``pair``: one
+    pair it serves).
 
     Published to ``translate.ticks`` (never to ``translate.results``) every
     ``worker.tick_interval_s``; the SLA job reads ticks with the results so

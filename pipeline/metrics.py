@@ -45,22 +45,23 @@ ROUTED = Counter(
 )
 BATCH_SIZE = Histogram(
     "babelstream_batch_size",
-    "Requests per micro-batch taken from a pair topic.",
-    ["pair"],
+    "Requests per micro-batch taken from a model's work topic (every pair of the model).",
+    ["model"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
     registry=REGISTRY,
 )
 ENGINE_BATCH_SIZE = Histogram(
     "babelstream_engine_batch_size",
-    "Distinct texts per engine sub-batch (after dedup, caches and token budgeting).",
-    ["pair"],
+    "Distinct texts per engine sub-batch (after dedup, caches and token budgeting); the "
+    "texts of every pair of one model share sub-batches.",
+    ["model"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
     registry=REGISTRY,
 )
 BATCH_DURATION = Histogram(
     "babelstream_batch_duration_seconds",
     "Time the translation chain spent on one micro-batch.",
-    ["pair"],
+    ["model"],
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
     registry=REGISTRY,
 )
@@ -74,19 +75,19 @@ REQUEST_LATENCY = Histogram(
 ENGINE_TOKENS = Counter(
     "babelstream_engine_tokens",
     "Tokens the engine read (direction=input) and wrote (direction=output).",
-    ["pair", "direction"],
+    ["model", "direction"],
     registry=REGISTRY,
 )
 ENGINE_SECONDS = Counter(
     "babelstream_engine_seconds",
     "Wall time spent inside the engine (rate(tokens) / rate(seconds) = tokens/s).",
-    ["pair"],
+    ["model"],
     registry=REGISTRY,
 )
 ENGINE_TOKENS_PER_SECOND = Gauge(
     "babelstream_engine_tokens_per_second",
     "Output tokens per second of the engine in the latest micro-batch that used it.",
-    ["pair"],
+    ["model"],
     registry=REGISTRY,
 )
 COMMITTED_LAG = Gauge(
@@ -105,7 +106,20 @@ WORKER_READY = Gauge(
 BATCH_RETRIES = Counter(
     "babelstream_batch_retries",
     "Micro-batch attempts that failed transiently and were retried (nothing committed).",
-    ["pair"],
+    ["model"],
+    registry=REGISTRY,
+)
+MODEL_LOAD_SECONDS = Histogram(
+    "babelstream_model_load_seconds",
+    "Time to load a model into the worker (at start, or on first use under a memory budget).",
+    ["model"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+    registry=REGISTRY,
+)
+MODEL_EVICTIONS = Counter(
+    "babelstream_model_evictions",
+    "Models unloaded to make room for another under engine.max_loaded_models/bytes.",
+    ["model"],
     registry=REGISTRY,
 )
 BATCH_FAILING_SECONDS = Gauge(
@@ -191,23 +205,23 @@ REPLY_COPIES = Counter(
 ENGINE_PADDING = Histogram(
     "babelstream_engine_padding_ratio",
     "Pad tokens / padded tokens of each engine sub-batch (cost-based bucketing keeps it low).",
-    ["pair"],
+    ["model"],
     buckets=(0.0, 0.02, 0.05, 0.08, 0.12, 0.2, 0.3, 0.5, 0.75, 1.0),
     registry=REGISTRY,
 )
 ENGINE_CALL_SECONDS = Histogram(
     "babelstream_engine_call_seconds",
-    "Duration of each engine call (one sub-batch), by pair and priority (interactive|bulk).",
-    ["pair", "priority"],
+    "Duration of each engine call (one sub-batch), by model and priority (interactive|bulk).",
+    ["model", "priority"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
     registry=REGISTRY,
 )
 BATCHING_KNOB = Gauge(
     "babelstream_batching_knob",
-    "Adaptive batching controller's current knobs and estimates, by pair and knob "
+    "Adaptive batching controller's current knobs and estimates, by model and knob "
     "(max_wait_seconds|max_messages|token_budget|throughput_mode|latency_share|"
     "queue_delay_seconds|service_seconds).",
-    ["pair", "knob"],
+    ["model", "knob"],
     registry=REGISTRY,
 )
 
@@ -226,6 +240,8 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_worker_ready",
     "babelstream_batch_retries_total",
     "babelstream_batch_failing_seconds",
+    "babelstream_model_load_seconds",
+    "babelstream_model_evictions_total",
     "babelstream_isolated_requests_total",
     "babelstream_quarantined_records",
     "babelstream_cache_errors_total",
@@ -245,27 +261,29 @@ METRIC_NAMES: tuple[str, ...] = (
 
 
 def record_batch(
-    pair: str, stats: BatchStats, results: Iterable[TranslationResult], duration_s: float
+    model: str, stats: BatchStats, results: Iterable[TranslationResult], duration_s: float
 ) -> None:
-    """Count one processed micro-batch and its results."""
-    BATCH_SIZE.labels(pair).observe(stats.size)
+    """Count one processed micro-batch of ``model`` and its results (by their pairs)."""
+    BATCH_SIZE.labels(model).observe(stats.size)
     if stats.attempts > 1:
-        BATCH_RETRIES.labels(pair).inc(stats.attempts - 1)
-    BATCH_DURATION.labels(pair).observe(duration_s)
+        BATCH_RETRIES.labels(model).inc(stats.attempts - 1)
+    BATCH_DURATION.labels(model).observe(duration_s)
     for size in stats.engine_batches:
-        ENGINE_BATCH_SIZE.labels(pair).observe(size)
+        ENGINE_BATCH_SIZE.labels(model).observe(size)
     for result in results:
         cache = result.cache if result.status == "ok" and result.cache else "none"
-        REQUESTS.labels(pair, result.status, cache).inc()
-        REQUEST_LATENCY.labels(pair, result.status).observe(result.latency_ms / 1000)
+        REQUESTS.labels(result.pair, result.status, cache).inc()
+        REQUEST_LATENCY.labels(result.pair, result.status).observe(result.latency_ms / 1000)
         tenant = result.tenant or DEFAULT_TENANT
-        TENANT_REQUESTS.labels(pair, tenant, result.status).inc()
-        TENANT_LATENCY.labels(pair, tenant).observe(result.latency_ms / 1000)
+        TENANT_REQUESTS.labels(result.pair, tenant, result.status).inc()
+        TENANT_LATENCY.labels(result.pair, tenant).observe(result.latency_ms / 1000)
     if stats.engine_seconds > 0:
-        ENGINE_TOKENS.labels(pair, "input").inc(stats.engine_input_tokens)
-        ENGINE_TOKENS.labels(pair, "output").inc(stats.engine_output_tokens)
-        ENGINE_SECONDS.labels(pair).inc(stats.engine_seconds)
-        ENGINE_TOKENS_PER_SECOND.labels(pair).set(stats.engine_output_tokens / stats.engine_seconds)
+        ENGINE_TOKENS.labels(model, "input").inc(stats.engine_input_tokens)
+        ENGINE_TOKENS.labels(model, "output").inc(stats.engine_output_tokens)
+        ENGINE_SECONDS.labels(model).inc(stats.engine_seconds)
+        ENGINE_TOKENS_PER_SECOND.labels(model).set(
+            stats.engine_output_tokens / stats.engine_seconds
+        )
 
 
 def record_quota(tenant: str, admitted: int, rejected: int) -> None:
@@ -294,14 +312,14 @@ def set_fair_share_round_limit(topic: str, chars: float | None) -> None:
         FAIR_SHARE_ROUND_LIMIT.labels(topic).set(chars)
 
 
-def record_engine_call(pair: str, priority: str, padding_ratio: float, seconds: float) -> None:
-    """One engine sub-batch: its padding and how long the call took."""
-    ENGINE_PADDING.labels(pair).observe(padding_ratio)
-    ENGINE_CALL_SECONDS.labels(pair, priority).observe(seconds)
+def record_engine_call(model: str, priority: str, padding_ratio: float, seconds: float) -> None:
+    """One engine sub-batch of ``model``: its padding and how long the call took."""
+    ENGINE_PADDING.labels(model).observe(padding_ratio)
+    ENGINE_CALL_SECONDS.labels(model, priority).observe(seconds)
 
 
-def set_batching_state(pair: str, state: ControllerState) -> None:
-    """The adaptive batching controller's state for one pair."""
+def set_batching_state(model: str, state: ControllerState) -> None:
+    """The adaptive batching controller's state for one model."""
     values = {
         "max_wait_seconds": state.knobs.max_wait_s,
         "max_messages": state.knobs.max_messages,
@@ -314,7 +332,17 @@ def set_batching_state(pair: str, state: ControllerState) -> None:
         "cost_correction": state.cost_correction,
     }
     for knob, value in values.items():
-        BATCHING_KNOB.labels(pair, knob).set(value)
+        BATCHING_KNOB.labels(model, knob).set(value)
+
+
+def record_model_load(model: str, seconds: float) -> None:
+    """A model was loaded (it took ``seconds``)."""
+    MODEL_LOAD_SECONDS.labels(model).observe(seconds)
+
+
+def record_model_eviction(model: str) -> None:
+    """A model was unloaded to make room."""
+    MODEL_EVICTIONS.labels(model).inc()
 
 
 def record_isolated(agent: str, reason: str, count: int) -> None:

@@ -7,6 +7,7 @@ legal in Kafka topic names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pipeline.errors import ContractError
@@ -23,8 +24,14 @@ QUARANTINE_TOPIC = "translate.quarantine"
 DLQ_REPLAYED_TOPIC = "translate.dlq.replayed"
 SLA_LATE_TOPIC = "translate.sla.late"
 TICKS_TOPIC = "translate.ticks"
-PAIR_REQUESTS_PREFIX = "translate.requests."
-PAIR_BULK_PREFIX = "translate.bulk."
+# the work topics of one model (every pair it serves), interactive and bulk
+WORK_PREFIX = "translate.work."
+BULK_WORK_PREFIX = "translate.work-bulk."
+# releases before 0.2 had work topics per pair; `babelstream topics migrate` empties them
+LEGACY_PAIR_PREFIX = "translate.requests."
+LEGACY_BULK_PREFIX = "translate.bulk."
+# a model id names topics: Kafka's topic characters, and room for the prefixes
+_MODEL_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +58,26 @@ class Pair:
         return self.id
 
 
-def pair_topic(pair: Pair | str) -> str:
-    """Interactive per-pair work topic."""
-    return PAIR_REQUESTS_PREFIX + str(pair)
+def check_model_id(model_id: str) -> str:
+    """``model_id`` if it can name topics, else ContractError."""
+    if not _MODEL_ID.fullmatch(model_id):
+        raise ContractError(
+            f"invalid model id {model_id!r}: 1 to 200 of the characters A-Z a-z 0-9 . _ - "
+            "(it names the model's work topics)"
+        )
+    return model_id
 
 
-def bulk_topic(pair: Pair | str) -> str:
-    """Bulk per-pair work topic (served after interactive work)."""
-    return PAIR_BULK_PREFIX + str(pair)
+def work_topic(model_id: str) -> str:
+    """A model's interactive work topic: requests of every pair it serves."""
+    return WORK_PREFIX + model_id
+
+
+def bulk_work_topic(model_id: str) -> str:
+    """A model's bulk work topic (served after interactive work)."""
+    return BULK_WORK_PREFIX + model_id
+
+
+def legacy_pair_topics(pair: Pair | str) -> tuple[str, str]:
+    """The interactive and bulk work topics of one pair in releases before 0.2."""
+    return LEGACY_PAIR_PREFIX + str(pair), LEGACY_BULK_PREFIX + str(pair)

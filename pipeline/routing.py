@@ -1,7 +1,8 @@
 """Router step: one raw ingress record in, the records to produce out.
 
-Valid requests go to their pair's work topic (interactive or bulk) keyed by
-content digest, so identical texts meet on one partition; invalid input goes
+Valid requests go to the work topic (interactive or bulk) of the model that
+serves their pair, keyed by content digest, so identical texts meet on one
+partition and every pair of a model meets in its micro-batches; invalid input goes
 to the dead-letter topic, and when it carries a usable ``request_id`` its
 sender also gets an ``error`` result naming the reason, so nobody waits for
 a result that will never come; requests for a pair no model serves get an
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -27,7 +28,7 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import DLQ_TOPIC, bulk_topic, pair_topic
+from pipeline.pairs import DLQ_TOPIC, Pair, bulk_work_topic, work_topic
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Outgoing
 
@@ -62,15 +63,22 @@ def request_digest(
 class Router:
     """Decides where each ingress record goes.
 
-    ``served`` maps pair ids to the model id serving them (from the registry).
+    ``model_of`` gives the id of the model serving a pair (from the registry),
+    or None; ``hint`` says how to serve a pair no model serves (for the error
+    result its sender gets).
     """
 
     def __init__(
-        self, served: Mapping[str, str], limits: LimitSettings, worker: str = "router"
+        self,
+        model_of: Callable[[Pair], str | None],
+        limits: LimitSettings,
+        worker: str = "router",
+        hint: str = "",
     ) -> None:
-        self._served = dict(served)
+        self._model_of = model_of
         self._limits = limits
         self._worker = worker
+        self._hint = hint
 
     def route(
         self, key: bytes | None, value: bytes | None, ref: RecordRef, headers: Headers
@@ -89,20 +97,19 @@ class Router:
         return [self._accepted(decoded.request, headers)]
 
     def _accepted(self, request: TranslationRequest, headers: Headers) -> Outgoing:
-        model_id = self._served.get(request.pair.id)
+        model_id = self._model_of(request.pair)
         if model_id is None:
-            served = ", ".join(sorted(self._served)) or "none"
             result = TranslationResult.for_request(
                 request,
                 status="error",
-                error=f"no model serves pair {request.pair.id} (served: {served})",
+                error=f"no model serves pair {request.pair.id}{self._hint}",
                 reason="unsupported_pair",
                 worker=self._worker,
             )
             return Outgoing.for_result(result, headers, "unsupported", request.reply_to)
         if request.timeout_ms is None:
             request = request.model_copy(update={"timeout_ms": self._limits.default_timeout_ms})
-        topic = bulk_topic(request.pair) if request.is_bulk else pair_topic(request.pair)
+        topic = bulk_work_topic(model_id) if request.is_bulk else work_topic(model_id)
         digest = request_digest(request, model_id)
         return Outgoing(topic, digest.encode(), request.to_json(), headers, "routed")
 

@@ -52,7 +52,8 @@ class KafkaSettings(_Section):
     replication_factor: int = Field(1, ge=1)
     min_insync_replicas: int = Field(1, ge=1)
     ingress_partitions: int = Field(6, ge=1)
-    pair_partitions: int = Field(4, ge=1)
+    # partitions of each model's work topics (interactive and bulk)
+    work_partitions: int = Field(4, ge=1)
     results_partitions: int = Field(4, ge=1)
     dlq_partitions: int = Field(1, ge=1)
     sla_partitions: int = Field(1, ge=1)
@@ -151,8 +152,6 @@ class StackSettings(_Section):
     kafka_controller_port: int = 9093
     kafka_heap: str = "512m"
     redis_port: int = 6379
-    # pairs whose work topics `babelstream up` creates (until the model registry says)
-    pairs: tuple[str, ...] = ("en_en-XA", "en-XA_en")
     start_timeout_s: float = Field(120.0, gt=0)
     stop_timeout_s: float = Field(30.0, gt=0)
     # `babelstream status`: how long each HTTP probe (worker readiness, dashboard) may take
@@ -222,6 +221,12 @@ class EngineSettings(_Section):
     # compute types are timed on calls of (sequences, tokens) for profile_seconds each
     profile_shape: tuple[int, int] = (32, 24)
     profile_seconds: float = Field(2.0, gt=0)
+    # Models resident in one worker at once, by count and by bytes (model.bin sizes).
+    # Unset: every model the worker serves is loaded at start. Set: a model is loaded
+    # on first use and the least recently used idle one unloaded when the budget needs
+    # room (a request for a cold model waits for its load).
+    max_loaded_models: int | None = Field(None, ge=1)
+    max_loaded_bytes: int | None = Field(None, ge=1)
     # benchmark models (`babelstream models build-bench`) are registered here
     bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 

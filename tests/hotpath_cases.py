@@ -21,7 +21,7 @@ from pipeline.cancel import CancelRegistry, cancels_for
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translation
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import QUARANTINE_TOPIC, RESULTS_TOPIC, Pair, pair_topic
+from pipeline.pairs import QUARANTINE_TOPIC, RESULTS_TOPIC, Pair, work_topic
 from pipeline.quarantine import QuarantineRegistry, apply_record
 from pipeline.replies import ReplyTopicCheck
 from pipeline.routing import request_digest
@@ -39,6 +39,7 @@ from workers.stats import WorkerStats
 
 PAIR = Pair("en", "en-XA")
 MODEL = "fake-model@1"
+MODEL_TOPIC = "fake-model"
 
 
 class FakeTranslator:
@@ -138,10 +139,17 @@ class Harness:
         self.quarantine = QuarantineRegistry()
         self.quarantine.ready = True
         quotas = {} if self.quota_chars is None else {self.marker: self.quota_chars}
-        engine = EngineRunner(self.translator, TokenBudgetBatcher(64), PriorityGate(), INTERACTIVE)
+        engine = EngineRunner(
+            self.translator,
+            TokenBudgetBatcher(64),
+            PriorityGate(),
+            INTERACTIVE,
+            canary_text=WorkerSettings().canary_for,
+        )
         producer = self.backend.producer
         limits = LimitSettings()
         steps = translation_steps(
+            serves=lambda pair: pair == PAIR,
             limits=limits,
             window=self.window,
             cache=self.cache,
@@ -158,7 +166,7 @@ class Harness:
         )
         self.runner = BatchRunner(
             steps,
-            functools.partial(Batch.of, pair=PAIR, model_id=MODEL, worker="test"),
+            functools.partial(Batch.of, model_id=MODEL, worker="test"),
             RetryPolicy(initial_s=0.01, max_s=0.05, budget_s=self.budget_s),
             limits=limits,
             canary=functools.partial(canary_record, self.topic, PAIR, "known good"),
@@ -184,7 +192,7 @@ class Harness:
     def topic(self) -> str:
         """Where this harness's records come from: a topic of its own, so the quarantine
         entries it writes (keyed by topic, partition and offset) name no real record."""
-        return f"{pair_topic(PAIR)}.test-{self.marker}"
+        return f"{work_topic(MODEL_TOPIC)}.test-{self.marker}"
 
     def records(self, values: Sequence[TranslationRequest | bytes]) -> list[Record]:
         out = []

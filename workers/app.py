@@ -1,4 +1,4 @@
-"""The Faust application: a router agent plus translation agents per served pair.
+"""The Faust application: a router agent plus translation agents per served model.
 
 Faust is the shell: it runs the consumer group, takes micro-batches and serves
 the web pages. Each agent hands its batch to a :class:`WorkerShell`, which
@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from pipeline.cache import TwoLevelCache
 from pipeline.dashboard.server import SlaFeed
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import cost_of
+from pipeline.engine.registry import ModelEntry
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
 from pipeline.fairness import DeficitRoundRobin, FairRounds, RoundPace, lone_round_s
@@ -38,7 +39,7 @@ from pipeline.fidelity.service import FidelityService
 from pipeline.kafka_clients import faust_app_options
 from pipeline.messages import SlaWindow
 from pipeline.offsets import Ticket, TopicPartition
-from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_topic, pair_topic
+from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_work_topic, work_topic
 from pipeline.routing import Router
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import Settings
@@ -69,13 +70,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ServedPair:
-    """A pair this worker translates, with its loaded engine."""
+class ServedModel:
+    """A model this worker translates with (every pair it serves), and its engine.
 
-    pair: Pair
+    ``model`` names its work topics; ``model_id`` (the model and its weights'
+    fingerprint) is what cache digests and results name.
+    """
+
+    model: ModelEntry
     model_id: str
     translator: Translator
     compute_type: str = "unknown"
+
+    @property
+    def name(self) -> str:
+        return self.model.model_id
 
 
 @dataclass
@@ -304,8 +313,8 @@ class WorkerShell:
 
 def create_app(
     ctx: WorkerContext,
-    served: Sequence[ServedPair],
-    deployment_models: Mapping[str, str],
+    served: Sequence[ServedModel],
+    deployment: Callable[[Pair], str | None],
     *,
     app_id: str = "babelstream",
     with_router: bool = True,
@@ -314,9 +323,9 @@ def create_app(
 ) -> tuple[faust.App, WorkerShell]:
     """Build the Faust app and its shell.
 
-    ``deployment_models`` maps every pair of the deployment to its model id
-    (the router forwards pairs that other worker groups serve); ``served``
-    are the pairs this process translates.
+    ``deployment`` gives the model id serving a pair anywhere in the deployment
+    (the router forwards to models that other worker groups serve), or None;
+    ``served`` are the models this process translates with.
     """
     s = ctx.settings
     w = s.worker
@@ -328,7 +337,7 @@ def create_app(
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",
-        topic_partitions=s.kafka.pair_partitions,
+        topic_partitions=s.kafka.work_partitions,
         topic_replication_factor=s.kafka.replication_factor,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
@@ -355,8 +364,14 @@ def create_app(
         return app.topic(name, key_type=bytes, value_type=bytes, acks=False)
 
     if with_router:
-        router = Router(deployment_models, s.limits, worker=ctx.worker_name)
-        probe_pair = Pair.parse(min(deployment_models)) if deployment_models else Pair("en", "de")
+        router = Router(
+            deployment,
+            s.limits,
+            worker=ctx.worker_name,
+            hint=f" in {s.engine.registry} (add a model that serves it: "
+            "`babelstream models convert ... --pair SRC_TGT`)",
+        )
+        probe_pair = next((m.model.any_entry().pair for m in served), Pair("en", "de"))
         runner = BatchRunner(
             routing_steps(
                 router=router,
@@ -367,7 +382,7 @@ def create_app(
                 totals=ctx.stats,
                 replies=replies,
             ),
-            functools.partial(Batch.of, pair=None, model_id="", worker=ctx.worker_name),
+            functools.partial(Batch.of, model_id="", worker=ctx.worker_name),
             policy,
             limits=s.limits,
             canary=functools.partial(
@@ -380,7 +395,7 @@ def create_app(
         shell.runners["router"] = runner
 
         # The ingress is one FIFO per pair too: a flood routed first come first served
-        # would hold back everyone else's requests before they reach the pair topic.
+        # would hold back everyone else's requests before they reach the work topics.
         route = (
             _fair_agent(shell, runner, None, w.max_messages, REQUESTS_TOPIC)
             if s.tenants.fair_share
@@ -388,52 +403,67 @@ def create_app(
         )
         app.agent(source(REQUESTS_TOPIC), name="router", concurrency=1)(route)
 
-    for entry in served:
-        _add_pair_agents(app, shell, entry, source, producer, policy, controls, replies)
+    for model in served:
+        _add_model_agents(app, shell, model, source, producer, policy, controls, replies)
 
-    _add_lifecycle(app, shell, [entry.pair.id for entry in served])
+    _add_lifecycle(app, shell, served)
     _add_controls(app, controls)
     return app, shell
 
 
-def _add_pair_agents(
+def _add_model_agents(
     app: faust.App,
     shell: WorkerShell,
-    entry: ServedPair,
+    served: ServedModel,
     source: Callable[[str], faust.TopicT],
     producer: Producer,
     policy: RetryPolicy,
     controls: Controls,
     replies: ReplyCopies,
 ) -> None:
+    """The interactive and bulk agents of one model: every pair it serves shares them."""
     ctx = shell.ctx
     s, w = ctx.settings, ctx.settings.worker
+    model = served.model
     table = app.Table(
-        f"dedup-{entry.pair.id}", default=dict, partitions=s.kafka.pair_partitions
+        f"dedup-{model.model_id}", default=dict, partitions=s.kafka.work_partitions
     ).tumbling(w.dedup_window_s, expires=2 * w.dedup_window_s)
-    cost = cost_of(entry.translator, entry.pair)
+    probe = model.any_entry().pair
+    cost = cost_of(served.translator, probe)
     for priority, topic_name, budget in (
-        (INTERACTIVE, pair_topic(entry.pair), w.token_budget),
-        (BULK, bulk_topic(entry.pair), w.bulk_token_budget),
+        (INTERACTIVE, work_topic(model.model_id), w.token_budget),
+        (BULK, bulk_work_topic(model.model_id), w.bulk_token_budget),
     ):
         # the batch shape: static, or adaptive (interactive); bulk calls bounded in time
         shaper = BatchShaper(
-            s, entry.pair, cost, bulk=priority == BULK, replicas=ctx.gate.share(priority)
+            s,
+            model.model_id,
+            model.serves,
+            cost,
+            bulk=priority == BULK,
+            replicas=ctx.gate.share(priority),
         )
         shell.shapers[topic_name] = shaper
         # One window adapter per agent: it binds the events of its batches in flight (same table).
         window = FaustDedupWindow(table, w.dedup_window_s)
         engine = EngineRunner(
-            entry.translator, TokenBudgetBatcher(budget), ctx.gate, priority, shaper=shaper
+            served.translator,
+            TokenBudgetBatcher(budget),
+            ctx.gate,
+            priority,
+            canary_text=w.canary_for,
+            shaper=shaper,
+            label=model.model_id,
         )
         steps = translation_steps(
+            serves=model.serves,
             limits=s.limits,
             window=window,
             cache=ctx.cache,
             engine=engine,
             producer=producer,
             totals=ctx.stats,
-            compute_type=entry.compute_type,
+            compute_type=served.compute_type,
             cancels=controls.cancels,
             quarantine=controls.quarantine,
             control_wait_s=w.control_ready_wait_s,
@@ -444,14 +474,10 @@ def _add_pair_agents(
         )
         runner = BatchRunner(
             steps,
-            functools.partial(
-                Batch.of, pair=entry.pair, model_id=entry.model_id, worker=ctx.worker_name
-            ),
+            functools.partial(Batch.of, model_id=served.model_id, worker=ctx.worker_name),
             policy,
             limits=s.limits,
-            canary=functools.partial(
-                canary_record, topic_name, entry.pair, w.canary_for(entry.pair.source)
-            ),
+            canary=functools.partial(canary_record, topic_name, probe, w.canary_for(probe.source)),
             quarantine=controls.quarantine,
             producer=producer,
             name=topic_name,
@@ -471,7 +497,7 @@ def _add_pair_agents(
                 size,
                 round_s,
                 s.batching.sort_window,
-                functools.partial(entry.translator.count_tokens, pair=entry.pair),
+                served.translator.count_tokens,
             )
             if s.tenants.fair_share
             else _plain_agent(shell, runner, window, take, w.max_wait_s, size)
@@ -535,7 +561,7 @@ def _fair_agent(
     batch_size: Callable[[], int] | None = None,
     max_round_s: float | None = None,
     sort_window: int = 1,
-    count_tokens: Callable[[str], int] | None = None,
+    count_tokens: Callable[[str, Pair], int] | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
@@ -674,7 +700,7 @@ def _add_controls(app: faust.App, controls: Controls) -> None:
             log.warning("could not list reply topics: %s", exc)
 
 
-def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> None:
+def _add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedModel]) -> None:
     """Rebalance hooks, the commit task, readiness and stats pages, metric sampling."""
     ctx = shell.ctx
     obs = ctx.settings.observability
@@ -707,18 +733,14 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: list[str]) -> Non
             shell.offsets.close()
 
     if served and ctx.settings.worker.tick_interval_s > 0:
-        ticks = TickSource(served, ctx.worker_name)
+        ticks = TickSource(served[0].model.any_entry().pair.id, ctx.worker_name)
 
-        # Heartbeats, so the SLA job closes a quiet pair's windows (never on translate.results).
+        # Heartbeats, so the SLA job closes quiet pairs' windows (never on translate.results).
         @app.timer(interval=ctx.settings.worker.tick_interval_s)
         async def publish_ticks() -> None:
             with contextlib.suppress(TransientError):  # a missed tick is made up by the next
-                await shell.producer.send_all(
-                    [
-                        Outgoing(topic, key, value, [], "tick")
-                        for topic, key, value in ticks.records()
-                    ]
-                )
+                topic, key, value = ticks.record()
+                await shell.producer.send_all([Outgoing(topic, key, value, [], "tick")])
 
     adaptive = [shaper for shaper in shell.shapers.values() if shaper.controller]
     if adaptive:

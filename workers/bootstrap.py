@@ -33,11 +33,10 @@ from pipeline.pairs import (
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
     TICKS_TOPIC,
-    Pair,
 )
 from pipeline.reachability import kafka_unreachable, require_kafka
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics, pair_topic_specs, topic_specs
+from pipeline.stack.topics import TopicSpec, ensure_topics, model_topic_specs, topic_specs
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,7 @@ class TopicsNotReady(BabelStreamError):
 
 
 def worker_topics(
-    settings: Settings, pairs: Iterable[Pair], app: faust.App, with_router: bool
+    settings: Settings, models: Iterable[str], app: faust.App, with_router: bool
 ) -> dict[str, TopicSpec]:
     """Every topic this worker reads or writes, with how to create it."""
     kafka = settings.kafka
@@ -57,15 +56,14 @@ def worker_topics(
     }
     if with_router:
         specs[REQUESTS_TOPIC] = TopicSpec(kafka.ingress_partitions)
-    pairs = list(pairs)
-    if pairs:  # translation agents read the cancels
-        specs[CANCEL_TOPIC] = topic_specs(settings)[CANCEL_TOPIC]
-    for pair in pairs:
-        specs.update(pair_topic_specs(kafka, pair))
+    models = list(models)
+    specs[CANCEL_TOPIC] = every[CANCEL_TOPIC]  # the control feed reads it
+    for model_id in models:
+        specs.update(model_topic_specs(kafka, model_id))
     for table in app.tables.values():
         topic = table.changelog_topic
         specs[topic.get_topic_name()] = TopicSpec(
-            topic.partitions or kafka.pair_partitions, changelog_config(topic)
+            topic.partitions or kafka.work_partitions, changelog_config(topic)
         )
     return specs
 

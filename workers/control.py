@@ -31,7 +31,7 @@ from pipeline.cancel import apply_record as apply_cancel
 from pipeline.fairness import tenant_label
 from pipeline.kafka_clients import aiokafka_options, kafka_python_options
 from pipeline.offsets import Ticket
-from pipeline.pairs import CANCEL_TOPIC, QUARANTINE_TOPIC
+from pipeline.pairs import CANCEL_TOPIC, QUARANTINE_TOPIC, Pair
 from pipeline.quarantine import QuarantineRegistry
 from pipeline.quarantine import apply_record as apply_quarantine
 from pipeline.quota import QuotaLimiter
@@ -267,22 +267,25 @@ class Held:
 
 
 def held_of(
-    event: EventT[Any], ticket: Ticket, count_tokens: Callable[[str], int] | None = None
+    event: EventT[Any], ticket: Ticket, count_tokens: Callable[[str, Pair], int] | None = None
 ) -> Held:
     """The event with its tenant, size and length (read from the request; anything
     unreadable counts for ``default`` and is dead-lettered by the decode step when its
-    round comes). ``count_tokens`` (the pair's tokenizer) gives the length in tokens."""
+    round comes). ``count_tokens`` (the model's tokenizer of the request's pair) gives
+    the length in tokens."""
     try:
         document = json.loads(event.message.value or b"")
-        tenant = document.get("tenant") if isinstance(document, dict) else None
-        text = document.get("text") if isinstance(document, dict) else None
     except ValueError:
-        tenant = text = None
+        document = None
+    if not isinstance(document, dict):
+        document = {}
+    tenant, text = document.get("tenant"), document.get("text")
     chars = len(text) if isinstance(text, str) else 1
     length = chars
     if count_tokens is not None and isinstance(text, str):
         with contextlib.suppress(Exception):  # the engine step judges the text itself
-            length = count_tokens(text)
+            pair = Pair(str(document["source_lang"]), str(document["target_lang"]))
+            length = count_tokens(text, pair)
     return Held(
         event, ticket, tenant_label(tenant if isinstance(tenant, str) else None), chars, length
     )

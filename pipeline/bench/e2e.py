@@ -104,7 +104,7 @@ def naive_consumer(settings: Settings, target: BenchTarget) -> Iterator[str]:
     """
     run = uuid.uuid4().hex[:8]
     topic, group = f"{NAIVE_TOPIC}.{run}", f"bench-naive-{run}"
-    ensure_topics(settings.kafka, {topic: TopicSpec(settings.kafka.pair_partitions)})
+    ensure_topics(settings.kafka, {topic: TopicSpec(settings.kafka.work_partitions)})
     log_path = settings.stack.home / "log" / "bench-naive.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     command = [

@@ -36,7 +36,6 @@ def generated_sentences(n: int, seed: int = 7) -> list[str]:
 
 def warm_up(
     translator: CTranslate2Translator,
-    pair: Pair,
     batches: Sequence[Sequence[PreparedText]],
     seconds: float = WARM_UP_S,
 ) -> None:
@@ -50,7 +49,7 @@ def warm_up(
     """
     until = time.perf_counter() + seconds
     for batch in itertools.cycle(batches):
-        translator.translate_prepared(batch, pair)
+        translator.translate_prepared(batch)
         if time.perf_counter() >= until:
             return
 
@@ -65,13 +64,13 @@ def measure_fixed(
 ) -> EngineFigures:
     """Batches of ``batch_size`` prepared texts in their given order, after a warm-up."""
     batches = [prepared[i : i + batch_size] for i in range(0, len(prepared), batch_size)]
-    warm_up(translator, pair, batches)
+    warm_up(translator, batches)
     n_sent = n_in = n_out = calls = 0
     padded = 0
     start = time.perf_counter()
     while True:
         batch = batches[(calls + 1) % len(batches)]
-        results = translator.translate_prepared(batch, pair)
+        results = translator.translate_prepared(batch)
         calls += 1
         n_sent += len(batch)
         n_in += sum(r.input_tokens for r in results)
@@ -82,7 +81,7 @@ def measure_fixed(
             break
     return EngineFigures(
         batch_size=batch_size,
-        compute_type=translator.compute_types[pair.id],
+        compute_type=translator.compute_type(pair),
         sentences_per_s=round(n_sent / elapsed, 2),
         tokens_per_s=round(n_out / elapsed, 1),
         input_tokens_per_s=round(n_in / elapsed, 1),
@@ -106,26 +105,25 @@ def measure_ceiling(
     (what a pipeline must do too), after an untimed :func:`warm_up` on the
     same plan.
     """
-    warm = translator.prepare(texts, pair)
+    warm = translator.prepare(texts, [pair] * len(texts))
     warm_up(
         translator,
-        pair,
         [[warm[i] for i in b] for b in batcher.plan([p.tokens for p in warm]).batches],
     )
     start = time.perf_counter()
     with measured_cpu(os.getpid()) as meter:
-        prepared = translator.prepare(texts, pair)
+        prepared = translator.prepare(texts, [pair] * len(texts))
         plan = batcher.plan([p.tokens for p in prepared])
         with ThreadPoolExecutor(translator.inter_threads) as replicas:
             outputs = replicas.map(
-                lambda indices: translator.translate_prepared([prepared[i] for i in indices], pair),
+                lambda indices: translator.translate_prepared([prepared[i] for i in indices]),
                 plan.batches,
             )
             n_out = sum(r.output_tokens for results in outputs for r in results)
     elapsed = time.perf_counter() - start
     return EngineFigures(
         batch_size=None,
-        compute_type=translator.compute_types[pair.id],
+        compute_type=translator.compute_type(pair),
         sentences_per_s=round(len(texts) / elapsed, 2),
         tokens_per_s=round(n_out / elapsed, 1),
         input_tokens_per_s=round(plan.real_tokens / elapsed, 1),

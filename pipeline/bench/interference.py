@@ -28,7 +28,7 @@ from pipeline.bulk.state import JobState
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.errors import EngineError
 from pipeline.local_worker import WorkerProcess
-from pipeline.pairs import bulk_topic
+from pipeline.pairs import bulk_work_topic
 from pipeline.settings import Settings
 
 
@@ -66,7 +66,9 @@ def drain_bulk(settings: Settings, target: BenchTarget, worker: WorkerProcess) -
     group = (worker.readiness() or {}).get("group")
     if not group:
         raise EngineError("the bench worker does not say which group it is in")
-    left = wait_drained(settings.kafka, group, bulk_topic(target.entry.pair), limit_s=600.0)
+    left = wait_drained(
+        settings.kafka, group, bulk_work_topic(target.entry.model_id), limit_s=600.0
+    )
     if left:
         raise EngineError(f"{left} bulk records still waiting after 10 minutes")
 

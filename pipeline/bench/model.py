@@ -32,7 +32,7 @@ import sentencepiece
 import yaml
 
 from pipeline.demo_model.sentences import SentenceGenerator
-from pipeline.engine.registry import PairEntry, Registry
+from pipeline.engine.registry import PairEntry, Registry, models_of
 from pipeline.pairs import Pair
 
 BENCH_PAIR = Pair("en", "en-XB")
@@ -223,8 +223,10 @@ def build_bench_model(
         decoding="input_length",
         description="OPUS-MT-shaped model with random weights (benchmarks only)",
     )
-    earlier = Registry.load(registry_path).pairs if registry_path.exists() else {}
-    Registry(registry_path, {**earlier, pair.id: entry}).save(REGISTRY_HEADER)
+    earlier = Registry.load(registry_path).models.values() if registry_path.exists() else ()
+    kept = [e for m in earlier for e in m.explicit.values() if e.pair != pair]
+    models = models_of([*kept, entry])
+    Registry(registry_path, {m.model_id: m for m in models}).save(REGISTRY_HEADER)
     return BuiltModel(
         model_dir=output.resolve(),
         registry=registry_path.resolve(),

@@ -19,9 +19,9 @@ from pipeline.engine.registry import PairEntry, Registry
 from pipeline.errors import ConfigError
 from pipeline.groups import consumer_groups, serving
 from pipeline.local_worker import WorkerProcess
-from pipeline.pairs import REQUESTS_TOPIC, pair_topic
+from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import ensure_topics, pair_topic_specs
+from pipeline.stack.topics import ensure_topics, model_topic_specs
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,21 @@ def resolve_target(settings: Settings, pair_id: str) -> BenchTarget:
         if not path.exists():
             continue
         registry = Registry.load(path)
-        if pair_id in registry.pairs:
+        if registry.entry(Pair.parse(pair_id)) is not None:
             (entry,) = registry.entries([pair_id])
             return BenchTarget(entry, path)
     hint = " (build it with `babelstream models build-bench`)" if pair_id.endswith("XB") else ""
     raise ConfigError(f"pair {pair_id} is in neither {' nor '.join(searched)}{hint}")
 
 
-def refuse_if_served(kafka: KafkaSettings, pair_id: str, grace_s: float = 0.0) -> None:
-    """ConfigError (one line) when another worker consumes the pair or the ingress.
+def refuse_if_served(kafka: KafkaSettings, model_id: str, grace_s: float = 0.0) -> None:
+    """ConfigError (one line) when another worker consumes the model's topic or the ingress.
 
     ``grace_s`` waits that long for the group to empty first: a static member of a
     worker that has just stopped stays assigned until its session times out.
     """
     deadline = time.monotonic() + grace_s
-    while busy := _serving_groups(kafka, pair_id):
+    while busy := _serving_groups(kafka, model_id):
         if time.monotonic() >= deadline:
             who = "; ".join(f"group {g} consumes {', '.join(t)}" for g, t in busy.items())
             raise ConfigError(
@@ -77,8 +77,8 @@ def refuse_if_served(kafka: KafkaSettings, pair_id: str, grace_s: float = 0.0) -
         time.sleep(1.0)
 
 
-def _serving_groups(kafka: KafkaSettings, pair_id: str) -> dict[str, list[str]]:
-    topics = {pair_topic(pair_id), REQUESTS_TOPIC}
+def _serving_groups(kafka: KafkaSettings, model_id: str) -> dict[str, list[str]]:
+    topics = {work_topic(model_id), REQUESTS_TOPIC}
     groups = consumer_groups(kafka, with_lag=False)
     return {g.group_id: sorted(g.topics & topics) for t in topics for g in serving(groups, t)}
 
@@ -106,8 +106,10 @@ def bench_worker(
 
     ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables).
     """
-    refuse_if_served(settings.kafka, target.pair_id, grace_s=settings.worker.session_timeout_s)
-    ensure_topics(settings.kafka, pair_topic_specs(settings.kafka, target.entry.pair))
+    refuse_if_served(
+        settings.kafka, target.entry.model_id, grace_s=settings.worker.session_timeout_s
+    )
+    ensure_topics(settings.kafka, model_topic_specs(settings.kafka, target.entry.model_id))
     log_path = settings.stack.home / "log" / log_name
     worker = WorkerProcess(
         settings,

@@ -37,7 +37,7 @@ from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.cancel import cancels_for, publish_cancels
 from pipeline.engine.registry import Registry
 from pipeline.messages import TranslationResult, now_ms
-from pipeline.pairs import Pair, bulk_topic
+from pipeline.pairs import Pair, bulk_work_topic
 from pipeline.progress import progress_bar
 from pipeline.replies import ReplyTopic
 from pipeline.settings import Settings
@@ -104,10 +104,10 @@ class JobReport:
 
 def model_id_for(settings: Settings, pair: Pair) -> str:
     """The model id serving ``pair`` (part of every cache and dedup digest)."""
-    entry = Registry.load(settings.engine.registry).pairs.get(pair.id)
-    if entry is None:
+    model = Registry.load(settings.engine.registry).model_for(pair)
+    if model is None:
         raise BulkError(f"no model serves pair {pair.id} in {settings.engine.registry}")
-    return entry.model_id
+    return model.model_id
 
 
 def run_job(
@@ -228,7 +228,7 @@ class _Pump:
         with (
             ReplyTopic.for_call(kafka, self._settings.replies, label=self._spec.job_id) as reply,
             JobResults(kafka, self._spec.job_id, reply.name) as source,
-            BulkPublisher(kafka, bulk_topic(self._spec.pair)) as sink,
+            BulkPublisher(kafka, bulk_work_topic(self._model_id)) as sink,
             progress_bar("segments", unit="seg", position=0, **bars) as segments_bar,
             progress_bar(
                 "documents", total=self._report.documents, unit="doc", position=1, **bars

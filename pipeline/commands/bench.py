@@ -168,7 +168,7 @@ def engine(
     ctx = _Context(settings, pair_id, kafka=False)
     pair = ctx.target.entry.pair
     profiled = ctx.translator()  # measures (or reads) the profile: compute type, call costs
-    profile = profiled.profiles.get(pair.id)
+    profile = profiled.profile(pair)
     texts = generated_sentences(sentences)
     e = ctx.settings.engine
     runs: dict[str, Any] = {}
@@ -188,7 +188,7 @@ def engine(
                 intra_threads=profiled.intra_threads,
                 beam_size=e.beam_size,
             )
-            prepared = translator.prepare(texts, pair)
+            prepared = translator.prepare(texts, [pair] * len(texts))
             for size in sizes:
                 bar.set_postfix_str(f"{ctype} batch {size}")
                 runs[f"{ctype}/batch{size}"] = measure_fixed(
@@ -300,7 +300,7 @@ def compare(
     ctx = _Context(settings, pair_id)
     pair = ctx.target.entry.pair
     refuse_if_served(  # before minutes of engine work
-        ctx.settings.kafka, pair.id, grace_s=ctx.settings.worker.session_timeout_s
+        ctx.settings.kafka, ctx.target.entry.model_id, grace_s=ctx.settings.worker.session_timeout_s
     )
     translator = ctx.translator()
     n = _sizes(translator, pair, n, 30.0)

@@ -123,20 +123,16 @@ def preload(
 
 
 class ClosingTicks:
-    """Sends one tick per pair, late enough to close every window, once ``results`` are read.
+    """Sends one tick, late enough to close every window, once ``results`` are read.
 
     ``__call__`` is the job's ``on_input`` (rows of each micro-batch with input).
     """
 
-    def __init__(
-        self, settings: Settings, topic: str, count: int, pairs: int, rate: int, results: int
-    ) -> None:
+    def __init__(self, settings: Settings, topic: str, count: int, rate: int, results: int) -> None:
         sla = settings.sla
         closing_ms = int((sla.watermark_s + 2 * sla.window_s) * 1000)
         tick_at = _BASE_MS + count * 1000 // rate + closing_ms
-        self._source = TickSource(
-            [bench_pair(i) for i in range(pairs)], "bench", lambda: tick_at, topic
-        )
+        self._source = TickSource(bench_pair(0), "bench", lambda: tick_at, topic)
         self._settings = settings
         self._results = results
         self._read = 0
@@ -147,8 +143,8 @@ class ClosingTicks:
         if self.sent or self._read < self._results:
             return
         producer = _producer(self._settings)
-        for topic, key, value in self._source.records():
-            producer.send(topic, key=key, value=value)
+        topic, key, value = self._source.record()
+        producer.send(topic, key=key, value=value)
         producer.flush()
         producer.close()
         self.sent = True
@@ -447,9 +443,7 @@ def _run_once(
     from jobs.sla import run
 
     overrides, late_rows = CONFIGS[name]
-    ticks = ClosingTicks(
-        settings, f"{sink}.ticks", backlog.count, backlog.pairs, backlog.rate, backlog.sent
-    )
+    ticks = ClosingTicks(settings, f"{sink}.ticks", backlog.count, backlog.rate, backlog.sent)
     with tempfile.TemporaryDirectory(prefix="bench-sla-") as work:
         sla_settings = settings.sla.model_copy(
             update={

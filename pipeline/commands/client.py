@@ -18,9 +18,10 @@ from pipeline.client import (
     fetch_results,
 )
 from pipeline.commands.options import DOMAIN_HELP, DURATION, LABEL, LANGUAGE, TENANT_HELP
+from pipeline.engine.registry import Registry
 from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
 from pipeline.messages import TextFormat, now_ms
-from pipeline.pairs import REQUESTS_TOPIC, Pair, pair_topic
+from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.reachability import require_kafka
 from pipeline.settings import LimitSettings, Settings
 
@@ -167,11 +168,17 @@ def no_result_hint(settings: Settings, pair: Pair) -> str:
             f"no worker routes {REQUESTS_TOPIC}: start one with `babelstream worker` "
             "(see `babelstream status`)"
         )
-    workers = serving(groups, pair_topic(pair))
+    model = Registry.load(settings.engine.registry).model_for(pair)
+    if model is None:
+        return (
+            f"no model serves {pair.id}: add one to {settings.engine.registry} "
+            f"(`babelstream models convert ... --pair {pair.id}`)"
+        )
+    workers = serving(groups, work_topic(model.model_id))
     if not workers:
         return (
-            f"no worker serves {pair.id}: start one with "
-            f"`babelstream worker --pairs {pair.id} --no-router`"
+            f"no worker serves {pair.id} (model {model.model_id}): start one with "
+            f"`babelstream worker --models {model.model_id} --no-router`"
         )
     names = ", ".join(f"{g.group_id} ({len(g.members)} members)" for g in workers)
     return (

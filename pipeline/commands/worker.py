@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import socket
 from pathlib import Path
@@ -13,18 +14,33 @@ import click
 from pipeline.cache import LruCache, RedisCache, TwoLevelCache
 from pipeline.commands.options import refuse_router_contradiction
 from pipeline.digest import files_fingerprint
-from pipeline.engine.registry import PairEntry, Registry
+from pipeline.engine.registry import ModelEntry, Registry
+from pipeline.pairs import Pair
 from pipeline.scheduling import PriorityGate
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def _fingerprint(entry: PairEntry) -> str:
+def _fingerprint(model: ModelEntry) -> str:
     # Cache keys name the exact weights: a rebuilt model never reuses old entries.
+    entry = model.any_entry()
     return files_fingerprint(
-        [entry.model_dir / "model.bin", entry.source_tokenizer, entry.target_tokenizer]
+        [model.model_dir / "model.bin", entry.source_tokenizer, entry.target_tokenizer]
     )
+
+
+def subscription_id(models: list[str], with_router: bool) -> str:
+    """A short digest of what a worker consumes (its models, and the ingress or not).
+
+    Part of its static group instance id: a worker restarted with another
+    subscription joins as a new member instead of getting the old member's
+    assignment back (the group would keep serving the old models until the
+    session timed out, and aiokafka refuses an assignment for a topic it did
+    not subscribe to).
+    """
+    text = ",".join(sorted(models)) + ("|router" if with_router else "")
+    return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
 
 
 def _port(host: str, port: int, setting: str) -> int:
@@ -64,9 +80,16 @@ def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
 
 @click.command()
 @click.option(
+    "--models",
+    default=None,
+    help="Comma-separated model ids to translate with, every pair of each "
+    "(default: every model in the registry).",
+)
+@click.option(
     "--pairs",
     default=None,
-    help="Comma-separated pair ids to translate (default: every pair in the registry).",
+    help="Comma-separated pair ids: translate with the models that serve them "
+    "(every pair of those models).",
 )
 @click.option(
     "--router/--no-router",
@@ -89,9 +112,15 @@ def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
 )
 @click.pass_obj
 def worker(
-    settings: Settings, pairs: str | None, router: bool, router_only: bool, loglevel: str
+    settings: Settings,
+    models: str | None,
+    pairs: str | None,
+    router: bool,
+    router_only: bool,
+    loglevel: str,
 ) -> None:
-    """Run a worker: router + one translation agent per served pair topic (and bulk topic).
+    """Run a worker: router + one translation agent per served model's work topic (and its
+    bulk topic); the texts of every pair of a model meet in its micro-batches.
 
     Readiness: GET /babelstream/ready on the web port (200 when serving).
     Prometheus metrics are served at /metrics on observability.metrics_port (9464).
@@ -99,45 +128,59 @@ def worker(
     """
     from pipeline.engine.translator import CTranslate2Translator
     from pipeline.metrics import start_metrics_server
-    from workers.app import ServedPair, WorkerContext, create_app
+    from workers.app import ServedModel, WorkerContext, create_app
     from workers.bootstrap import prepare, worker_topics
     from workers.faust_adapter import DrainingWorker
 
     registry = Registry.load(settings.engine.registry)
-    deployment = {pair_id: entry.model_id for pair_id, entry in registry.pairs.items()}
+
+    def deployment(pair: Pair) -> str | None:
+        model = registry.model_for(pair)
+        return model.model_id if model is not None else None
+
+    model_ids = _split(models)
+    pair_ids = _split(pairs)
     if router_only:
-        if pairs:
-            raise click.UsageError("--router-only serves no pairs; drop --pairs")
-        pair_ids: list[str] = []
-        served: list[ServedPair] = []
+        if model_ids or pair_ids:
+            raise click.UsageError("--router-only serves no models; drop --models and --pairs")
+        served: list[ServedModel] = []
         replicas = 1
     else:
-        pair_ids = [p.strip() for p in pairs.split(",")] if pairs else sorted(deployment)
-        translator = CTranslate2Translator.from_settings(settings.engine, pair_ids)
+        chosen = (
+            registry.models_for()
+            if models is None and pairs is None
+            else registry.models_for(model_ids, pair_ids)
+        )
+        translator = CTranslate2Translator.from_settings(
+            settings.engine, models=[m.model_id for m in chosen]
+        )
         replicas = translator.inter_threads
         served = [
-            ServedPair(
-                entry.pair,
-                f"{entry.model_id}@{_fingerprint(entry)}",
+            ServedModel(
+                model,
+                f"{model.model_id}@{_fingerprint(model)}",
                 translator,
-                compute_type=translator.compute_types.get(entry.pair.id, "unknown"),
+                compute_type=translator.compute_type(model.any_entry().pair),
             )
-            for entry in registry.entries(pair_ids)
+            for model in chosen
         ]
     w, obs = settings.worker, settings.observability
     web_port = _port(w.web_host, w.web_port, "BABELSTREAM_WORKER__WEB_PORT")
     if obs.metrics_port:
         _port(obs.metrics_host, obs.metrics_port, "BABELSTREAM_OBSERVABILITY__METRICS_PORT")
-    # Workers serving different pair sets are different consumer groups.
+    names = sorted(m.name for m in served)
+    # Workers serving different model sets are different consumer groups.
     if router_only:
         app_id = "babelstream-router"
-    elif not pairs:
+    elif models is None and pairs is None:
         app_id = "babelstream"
     else:
-        app_id = "babelstream-" + "-".join(sorted(pair_ids))
+        app_id = "babelstream-" + _group_suffix(names)
+    with_router = router or router_only
     instance_id = None
     if w.static_membership:
-        instance_id = w.instance_id or f"{socket.gethostname()}-{web_port}"
+        base = w.instance_id or f"{socket.gethostname()}-{web_port}"
+        instance_id = f"{base}-{subscription_id(names, with_router)}"
         _lock = _lock_instance(w.data_dir / app_id, instance_id)
     cache = TwoLevelCache(LruCache(w.l1_cache_size), RedisCache(settings.redis))
     from pipeline.fidelity.service import FidelityService
@@ -153,16 +196,12 @@ def worker(
         served,
         deployment,
         app_id=app_id,
-        with_router=router or router_only,
+        with_router=with_router,
         instance_id=instance_id,
         web_port=web_port,
     )
     # the brokers not answering (exit 69) or a wrong topic: one line, from the CLI root
-    prepare(
-        settings.kafka,
-        worker_topics(settings, [s.pair for s in served], app, router or router_only),
-        w.broker_wait_s,
-    )
+    prepare(settings.kafka, worker_topics(settings, names, app, with_router), w.broker_wait_s)
     if obs.metrics_port:
         start_metrics_server(obs.metrics_host, obs.metrics_port)
     log.warning(
@@ -171,7 +210,8 @@ def worker(
         ctx.worker_name,
         app_id,
         instance_id or "dynamic",
-        ", ".join(f"{s.pair.id}={s.model_id} ({s.compute_type})" for s in served) or "router only",
+        "; ".join(f"{s.model_id} ({s.compute_type}, {s.model.pair_count()} pairs)" for s in served)
+        or "router only",
         w.web_host,
         web_port,
         f"http://{obs.metrics_host}:{obs.metrics_port}/metrics" if obs.metrics_port else "off",
@@ -184,3 +224,15 @@ def worker(
         runner.execute_from_commandline()
     except SystemExit as exc:
         raise SystemExit(shell.exit_code or exc.code) from None
+
+
+def _split(values: str | None) -> list[str]:
+    return [v.strip() for v in values.split(",") if v.strip()] if values else []
+
+
+def _group_suffix(models: list[str]) -> str:
+    """The consumer group of a worker serving ``models`` (a digest when the names are long)."""
+    joined = "-".join(models)
+    if len(joined) <= 120:
+        return joined
+    return hashlib.blake2b(joined.encode(), digest_size=8).hexdigest()

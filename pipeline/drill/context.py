@@ -29,10 +29,11 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixe
 
 from pipeline.drill.network import DrillGroup, NetworkCut, cut_unavailable
 from pipeline.drill.sla_job import SlaJob
+from pipeline.engine.registry import Registry
 from pipeline.errors import BabelStreamError, StackError
 from pipeline.kafka_clients import admin_client
 from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.pairs import REQUESTS_TOPIC, Pair
+from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.settings import DrillSettings, KafkaSettings, Settings
 from pipeline.stack import layout, manager
 from pipeline.stack.procs import PidFile, is_alive
@@ -107,6 +108,14 @@ class DrillContext:
     cut_group: DrillGroup | None = None
     sla: SlaJob | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def work_topic(self) -> str:
+        """The interactive work topic of the model serving the drill pair."""
+        model = Registry.load(self.stack.engine.registry).model_for(self.pair)
+        if model is None:
+            raise StackError(f"no model serves the drill pair {self.pair.id}")
+        return work_topic(model.model_id)
 
     @classmethod
     def open(

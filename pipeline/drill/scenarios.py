@@ -53,7 +53,7 @@ from pipeline.drill.sla_job import SlaJob, WindowCheck, check_windows
 from pipeline.drill.traffic import PacedTraffic
 from pipeline.errors import BabelStreamError
 from pipeline.messages import TranslationResult, now_ms
-from pipeline.pairs import REQUESTS_TOPIC, pair_topic
+from pipeline.pairs import REQUESTS_TOPIC
 from pipeline.stack import manager
 
 
@@ -217,7 +217,7 @@ def run_scenario(ctx: DrillContext, scenario: Scenario) -> DrillReport:
     began, load = time.monotonic(), os.getloadavg()[0]
     ctx.heal()
     count = round(d.rate * d.seconds * scenario.traffic_factor)
-    inputs = [REQUESTS_TOPIC, pair_topic(ctx.pair)]
+    inputs = [REQUESTS_TOPIC, ctx.work_topic]
     text = repeating_text(d.repeat_every, max(1, round(d.rate * d.repeat_lag_s)))
     traffic = PacedTraffic(
         ctx.kafka, ctx.pair, count=count, rate=d.rate, timeout_ms=d.request_timeout_ms, text=text
@@ -358,9 +358,9 @@ def kill_router_worker(ctx: DrillContext, fault: FaultLog) -> None:
 
 
 def kill_pair_leader_broker(ctx: DrillContext, fault: FaultLog) -> None:
-    """SIGKILL the node leading most of the pair topic's partitions; restart it after
+    """SIGKILL the node leading most of the pair's work topic's partitions; restart it after
     ``drill.outage_s`` (``leaders_moved_s``, ``restart_s``, ``in_sync_s``)."""
-    topic = pair_topic(ctx.pair)
+    topic = ctx.work_topic
     node = busiest_leader(ctx.describe([topic])[topic])
     fault.notes["broker"] = node
     began = time.monotonic()

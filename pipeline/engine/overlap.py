@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -44,58 +44,87 @@ Through = Callable[[Awaitable[Any]], Awaitable[Any]]
 
 
 class Counted(Protocol):
-    """A prepared text: what it costs the model, in source tokens."""
+    """A prepared text: what it costs the model, in source tokens, and its pair."""
 
     @property
     def tokens(self) -> int: ...
 
+    @property
+    def pair(self) -> Pair: ...
+
 
 @runtime_checkable
 class StagedTranslator(Protocol[P]):
-    """A translator in the four stages the lane runs in different threads."""
+    """A translator in the four stages the lane runs in different threads.
 
-    def prepare(self, texts: Sequence[str], pair: Pair) -> list[P]:
-        """Cut and tokenise (prep thread, once per text)."""
+    Texts of different pairs may share a call when their :meth:`call_key`
+    is the same (one model; the pair's target prefix travels per text).
+    """
+
+    def prepare(self, texts: Sequence[str], pairs: Sequence[Pair]) -> list[P]:
+        """Cut and tokenise (prep thread, once per text); ``pairs[i]`` is ``texts[i]``'s."""
+        ...
+
+    def call_key(self, pair: Pair) -> Hashable:
+        """Texts whose pairs have equal keys may share one model call."""
         ...
 
     def encode(self, prepared: Sequence[P]) -> Any:
         """The input of one model call (prep thread)."""
         ...
 
-    def run(self, sources: Any, pair: Pair) -> Any:
+    def run(self, call: Any) -> Any:
         """The model call (a compute thread)."""
         ...
 
-    def assemble(self, prepared: Sequence[P], outputs: Any, pair: Pair) -> list[Translation]:
+    def assemble(self, prepared: Sequence[P], outputs: Any) -> list[Translation]:
         """Translations from the call's output, one per prepared text (prep thread)."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class CountedText:
-    """A text and its token count, for translators that tokenise inside ``translate_batch``."""
+    """A text, its token count and pair, for translators that tokenise in ``translate_batch``."""
 
     text: str
     tokens: int
+    pair: Pair
 
 
 class WholeTexts:
-    """The four stages over a translator that offers only ``translate_batch``."""
+    """The four stages over a translator that offers only ``translate_batch``.
+
+    Any texts share a call; the call asks ``translate_batch`` once per pair in it.
+    """
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
 
-    def prepare(self, texts: Sequence[str], pair: Pair) -> list[CountedText]:
-        return [CountedText(t, self.translator.count_tokens(t, pair)) for t in texts]
+    def prepare(self, texts: Sequence[str], pairs: Sequence[Pair]) -> list[CountedText]:
+        return [
+            CountedText(t, self.translator.count_tokens(t, p), p)
+            for t, p in zip(texts, pairs, strict=True)
+        ]
 
-    def encode(self, prepared: Sequence[CountedText]) -> list[str]:
-        return [p.text for p in prepared]
+    def call_key(self, pair: Pair) -> Hashable:
+        return None
 
-    def run(self, sources: list[str], pair: Pair) -> list[Translation]:
-        return self.translator.translate_batch(sources, pair)
+    def encode(self, prepared: Sequence[CountedText]) -> list[CountedText]:
+        return list(prepared)
+
+    def run(self, call: list[CountedText]) -> list[Translation]:
+        out: list[Translation | None] = [None] * len(call)
+        by_pair: dict[Pair, list[int]] = {}
+        for i, text in enumerate(call):
+            by_pair.setdefault(text.pair, []).append(i)
+        for pair, indices in by_pair.items():
+            done = self.translator.translate_batch([call[i].text for i in indices], pair)
+            for i, translation in zip(indices, done, strict=True):
+                out[i] = translation
+        return [t for t in out if t is not None]
 
     def assemble(
-        self, prepared: Sequence[CountedText], outputs: list[Translation], pair: Pair
+        self, prepared: Sequence[CountedText], outputs: list[Translation]
     ) -> list[Translation]:
         return outputs
 
@@ -136,10 +165,10 @@ class EngineLane(Generic[P]):
     async def _in(self, executor: ThreadPoolExecutor, call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(executor, call)
 
-    async def prepare(self, texts: Sequence[str], pair: Pair) -> list[P]:
-        """Cut and tokenise ``texts`` once, in the prep thread."""
-        texts = list(texts)
-        return await self._in(self.prep, lambda: self.translator.prepare(texts, pair))
+    async def prepare(self, texts: Sequence[str], pairs: Sequence[Pair]) -> list[P]:
+        """Cut and tokenise ``texts`` once, in the prep thread (``pairs[i]``: ``texts[i]``'s)."""
+        texts, pairs = list(texts), list(pairs)
+        return await self._in(self.prep, lambda: self.translator.prepare(texts, pairs))
 
     async def plan(self, prepared: Sequence[P], batcher: TokenBudgetBatcher) -> BatchPlan:
         """Cost-optimal sub-batches of prepared texts (by source tokens), in the prep thread."""
@@ -147,12 +176,13 @@ class EngineLane(Generic[P]):
         return await self._in(self.prep, lambda: batcher.plan(lengths))
 
     async def translate(
-        self, prepared: Sequence[P], pair: Pair, through: Through = _at_once
+        self, prepared: Sequence[P], through: Through = _at_once
     ) -> list[Translation]:
-        """One engine call on prepared texts (no overlap); raises what the engine raises."""
+        """One engine call on prepared texts of one call key (no overlap); raises what the
+        engine raises."""
         tokens = [p.tokens for p in prepared]
         whole = SubBatch(tuple(range(len(prepared))), sum(tokens), max(tokens, default=0), 0.0)
-        (outcome,) = await self.run_plan(prepared, BatchPlan((whole,)), pair, through)
+        (outcome,) = await self.run_plan(prepared, BatchPlan((whole,)), through)
         if outcome.error is not None:
             raise outcome.error
         assert outcome.translations is not None
@@ -162,7 +192,6 @@ class EngineLane(Generic[P]):
         self,
         prepared: Sequence[P],
         plan: BatchPlan,
-        pair: Pair,
         through: Through = _at_once,
         on_last_call: Callable[[], None] | None = None,
         width: int = 1,
@@ -189,13 +218,13 @@ class EngineLane(Generic[P]):
             last = k + 1 == len(groups)
             try:
                 outputs, engine_s = await through(
-                    self._model(sources, pair, on_last_call if last else None)
+                    self._model(sources, on_last_call if last else None)
                 )
             except Exception as exc:
                 return SubBatchOutcome(sub, None, exc, 0.0)
             finally:
                 slots.release()  # the next call may start while this one's output is read
-            done = await self._in(self.prep, lambda: translator.assemble(groups[k], outputs, pair))
+            done = await self._in(self.prep, lambda: translator.assemble(groups[k], outputs))
             return SubBatchOutcome(sub, done, None, engine_s)
 
         running: list[asyncio.Task[SubBatchOutcome]] = []
@@ -219,7 +248,7 @@ class EngineLane(Generic[P]):
         return await self._in(self.compute, work)
 
     async def _model(
-        self, sources: Any, pair: Pair, on_start: Callable[[], None] | None = None
+        self, sources: Any, on_start: Callable[[], None] | None = None
     ) -> tuple[Any, float]:
         """The model call in a compute thread, and its duration measured there."""
         if on_start is not None:
@@ -227,7 +256,7 @@ class EngineLane(Generic[P]):
 
         def timed() -> tuple[Any, float]:
             began = time.perf_counter()
-            outputs = self.translator.run(sources, pair)
+            outputs = self.translator.run(sources)
             return outputs, time.perf_counter() - began
 
         return await self._in(self.compute, timed)

@@ -1,6 +1,11 @@
-"""The model registry: which model directory serves which language pair.
+"""The model registry: which model serves which language pairs.
 
-``models/registry.toml`` holds one ``[[pair]]`` table per pair id::
+``models/registry.toml`` names each model once, in one of two forms. Pairs
+that one model serves share its work topics and its micro-batches
+(``translate.work.<model_id>``): the engine takes a target prefix per example,
+so texts of every pair of a model meet in one call.
+
+A ``[[pair]]`` table per pair (bilingual models, or a few pairs of one model)::
 
     [[pair]]
     id = "en_en-XA"                 # <src>_<tgt>
@@ -17,23 +22,44 @@
     decoding = "free"               # free | input_length (benchmark models, see translator)
     model_id = "demo"               # optional; defaults to the model dir's name
 
-Parsing checks the file's shape only; :meth:`Registry.entries` checks the
-files of the pairs a worker asks for, so a worker never fails because of a
-model it does not serve. Pairs that name the same model directory (and compute
-type) share one loaded CTranslate2 model.
+Tables that name the same ``model_id`` (the default: the same directory) are
+one model: they must agree on its directory, compute type and decoding.
+
+A ``[[model]]`` table for a multilingual model (NLLB-200, M2M-100, OPUS-MT
+``mul`` models), whose pairs come from its language list::
+
+    [[model]]
+    model_id = "nllb-200"
+    model = "nllb-200"
+    tokenizer = "spm.model"
+    languages = ["en", "de", "fr"]          # BCP-47 tags; every ordered pair of two
+    sources = ["en"]                        # optional: only these as source languages
+    targets = []                            # optional: only these as targets
+    language_token = "{lang}"               # a tag's token: ">>{lang}<<", "__{lang}__", ...
+    language_tokens = { en = "eng_Latn", de = "deu_Latn", fr = "fra_Latn" }  # or one by one
+    source_prefix = ["{src}"]               # {src} / {tgt}: the pair's language tokens
+    target_prefix = ["{tgt}"]
+    source_suffix = ["</s>"]
+    suppress_language_tokens = true         # never generate a language token
+
+Parsing checks the file's shape only; :meth:`Registry.models_for` checks the
+files of the models a worker asks for, so a worker never fails because of a
+model it does not serve.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tomllib
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import Pair
+from pipeline.pairs import Pair, check_model_id
 
 COMPUTE_TYPES: frozenset[str] = frozenset(
     {
@@ -131,12 +157,148 @@ class PairEntry:
         return data
 
 
-@dataclass(frozen=True)
-class Registry:
-    """All entries of one registry file, by pair id."""
+_MODEL_KEYS = frozenset(
+    {
+        "model",
+        "model_id",
+        "tokenizer",
+        "source_tokenizer",
+        "target_tokenizer",
+        "languages",
+        "sources",
+        "targets",
+        "language_token",
+        "language_tokens",
+        "target_prefix",
+        "source_prefix",
+        "source_suffix",
+        "suppress_tokens",
+        "suppress_language_tokens",
+        "compute_type",
+        "max_input_tokens",
+        "max_output_tokens",
+        "description",
+        "decoding",
+    }
+)
+_BCP47 = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 
-    path: Path
-    pairs: Mapping[str, PairEntry] = field(default_factory=dict)
+
+@dataclass(frozen=True)
+class Languages:
+    """How a multilingual model's pairs and their language tokens come from its languages."""
+
+    languages: tuple[str, ...]
+    sources: frozenset[str]
+    targets: frozenset[str]
+    tokens: Mapping[str, str]
+    target_prefix: tuple[str, ...]
+    source_prefix: tuple[str, ...]
+    source_suffix: tuple[str, ...]
+    suppress_tokens: tuple[str, ...]
+
+    def serves(self, pair: Pair) -> bool:
+        return (
+            pair.source != pair.target
+            and pair.source in self.sources
+            and (pair.target in self.targets)
+        )
+
+    def pairs(self) -> Iterator[Pair]:
+        for src in self.languages:
+            if src in self.sources:
+                for tgt in self.languages:
+                    if tgt in self.targets and tgt != src:
+                        yield Pair(src, tgt)
+
+    def count(self) -> int:
+        both = len(self.sources & self.targets)
+        return len(self.sources) * len(self.targets) - both
+
+    def fill(self, templates: tuple[str, ...], pair: Pair) -> tuple[str, ...]:
+        """Templates with ``{src}`` / ``{tgt}`` replaced by the pair's language tokens."""
+        src, tgt = self.tokens[pair.source], self.tokens[pair.target]
+        return tuple(t.replace("{src}", src).replace("{tgt}", tgt) for t in templates)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the registry and the pairs it serves (explicit, or from languages).
+
+    ``model_id`` names its work topics and is part of every cache digest.
+    """
+
+    model_id: str
+    model_dir: Path
+    compute_type: str = "auto"
+    decoding: str = "free"
+    description: str = ""
+    # [[pair]] tables of this model, by pair id
+    explicit: Mapping[str, PairEntry] = field(default_factory=dict)
+    # a [[model]] table: its pairs come from its languages
+    languages: Languages | None = None
+    template: PairEntry | None = None
+
+    def entry(self, pair: Pair) -> PairEntry | None:
+        """How to translate ``pair`` with this model, or None when it does not serve it."""
+        found = self.explicit.get(pair.id)
+        if found is not None or self.languages is None or self.template is None:
+            return found
+        if not self.languages.serves(pair):
+            return None
+        spec = self.languages
+        return replace(
+            self.template,
+            pair=pair,
+            target_prefix=spec.fill(spec.target_prefix, pair),
+            source_prefix=spec.fill(spec.source_prefix, pair),
+            source_suffix=spec.fill(spec.source_suffix, pair),
+        )
+
+    def serves(self, pair: Pair) -> bool:
+        return pair.id in self.explicit or (
+            self.languages is not None and self.languages.serves(pair)
+        )
+
+    def pairs(self) -> Iterator[Pair]:
+        """Every pair this model serves (a multilingual model's may be many thousands)."""
+        for entry in self.explicit.values():
+            yield entry.pair
+        if self.languages is not None:
+            yield from self.languages.pairs()
+
+    def pair_count(self) -> int:
+        return len(self.explicit) + (self.languages.count() if self.languages else 0)
+
+    def any_entry(self) -> PairEntry:
+        """One of its pairs' entries (files, limits and call settings are the model's)."""
+        first = next(self.pairs())
+        entry = self.entry(first)
+        assert entry is not None
+        return entry
+
+    def problems(self) -> list[str]:
+        """What is missing on disk for this model (empty when it can be loaded)."""
+        tokenizers = {
+            (e.source_tokenizer, e.target_tokenizer)
+            for e in [*self.explicit.values(), *([self.template] if self.template else [])]
+        }
+        found = self.any_entry().problems()
+        for src, tgt in sorted(tokenizers)[1:]:
+            for side, path in (("source", src), ("target", tgt)):
+                if not path.is_file():
+                    found.append(f"{side} tokenizer {path} does not exist")
+        return found
+
+
+class Registry:
+    """All models of one registry file, and the pairs they serve."""
+
+    def __init__(self, path: Path, models: Mapping[str, ModelEntry] | None = None) -> None:
+        self.path = Path(path)
+        self.models: dict[str, ModelEntry] = dict(models or {})
+        self._by_pair = {pid: m for m in self.models.values() for pid in m.explicit}
+        self._multilingual = [m for m in self.models.values() if m.languages is not None]
 
     @classmethod
     def load(cls, path: Path) -> Registry:
@@ -155,57 +317,291 @@ class Registry:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base: Path, path: Path) -> Registry:
         """Build from parsed TOML; relative model paths resolve against ``base``."""
-        extra = set(data) - {"pair"}
+        extra = set(data) - {"pair", "model"}
         if extra:
             raise ConfigError(
-                f"{path}: unknown top-level key(s) {sorted(extra)}; expected [[pair]]"
+                f"{path}: unknown top-level key(s) {sorted(extra)}; expected [[pair]] or [[model]]"
             )
-        raw = data.get("pair", [])
-        if not isinstance(raw, list):
-            raise ConfigError(f"{path}: 'pair' must be an array of tables ([[pair]])")
-        entries: dict[str, PairEntry] = {}
-        for n, item in enumerate(raw, 1):
+        models: dict[str, ModelEntry] = {}
+        for key in ("pair", "model"):
+            if not isinstance(data.get(key, []), list):
+                raise ConfigError(f"{path}: '{key}' must be an array of tables ([[{key}]])")
+        for n, item in enumerate(data.get("model", []), 1):
+            model = _model(item, base, f"{path} [[model]] #{n}")
+            if model.model_id in models:
+                raise ConfigError(f"{path}: model {model.model_id} is declared twice")
+            models[model.model_id] = model
+        pairs: dict[str, PairEntry] = {}
+        for n, item in enumerate(data.get("pair", []), 1):
             entry = _entry(item, base, f"{path} [[pair]] #{n}")
-            if entry.pair.id in entries:
+            if entry.pair.id in pairs:
                 raise ConfigError(
                     f"{path}: pair {entry.pair.id} is served twice "
-                    f"({entries[entry.pair.id].model_dir} and {entry.model_dir}); keep one entry"
+                    f"({pairs[entry.pair.id].model_dir} and {entry.model_dir}); keep one entry"
                 )
-            entries[entry.pair.id] = entry
-        return cls(path=path, pairs=entries)
+            pairs[entry.pair.id] = entry
+        for model_id, entries in _by_model(pairs.values()).items():
+            if model_id in models:
+                raise ConfigError(
+                    f"{path}: model {model_id} has a [[model]] table and [[pair]] tables; "
+                    "declare it one way"
+                )
+            models[model_id] = _explicit_model(model_id, entries, path)
+        registry = cls(path, models)
+        registry._check_overlaps()
+        return registry
+
+    def _check_overlaps(self) -> None:
+        for i, model in enumerate(self._multilingual):
+            for pid, other in self._by_pair.items():
+                if model.serves(Pair.parse(pid)):
+                    raise ConfigError(
+                        f"{self.path}: pair {pid} is served by {model.model_id} and "
+                        f"{other.model_id}; keep one"
+                    )
+            for later in self._multilingual[i + 1 :]:
+                a, b = model.languages, later.languages
+                assert a is not None and b is not None
+                sources, targets = a.sources & b.sources, a.targets & b.targets
+                if any(s != t for s in sources for t in targets):
+                    raise ConfigError(
+                        f"{self.path}: models {model.model_id} and {later.model_id} serve "
+                        "some of the same pairs; narrow their sources or targets"
+                    )
+
+    def model_for(self, pair: Pair) -> ModelEntry | None:
+        """The model serving ``pair``, or None."""
+        found = self._by_pair.get(pair.id)
+        if found is not None:
+            return found
+        return next((m for m in self._multilingual if m.serves(pair)), None)
+
+    def entry(self, pair: Pair) -> PairEntry | None:
+        """How ``pair`` is translated, or None when no model serves it."""
+        model = self.model_for(pair)
+        return model.entry(pair) if model is not None else None
+
+    def pair_count(self) -> int:
+        return sum(m.pair_count() for m in self.models.values())
+
+    @cached_property
+    def pairs(self) -> Mapping[str, PairEntry]:
+        """Every pair's entry, by pair id (multilingual models expanded: may be large)."""
+        out: dict[str, PairEntry] = {}
+        for model in self.models.values():
+            for pair in model.pairs():
+                entry = model.entry(pair)
+                assert entry is not None
+                out[pair.id] = entry
+        return out
+
+    def models_for(
+        self, models: Iterable[str] | None = None, pairs: Iterable[Pair | str] | None = None
+    ) -> list[ModelEntry]:
+        """The models named (by id) or serving ``pairs`` (all when both are None), after
+        checking their files exist."""
+        chosen: dict[str, ModelEntry] = {}
+        for model_id in models or ():
+            model = self.models.get(model_id)
+            if model is None:
+                known = ", ".join(sorted(self.models)) or "none"
+                raise ConfigError(f"model {model_id} is not in {self.path} (models: {known})")
+            chosen[model_id] = model
+        for pair in pairs or ():
+            wanted = pair if isinstance(pair, Pair) else _parse_pair(pair, self.path)
+            model = self.model_for(wanted)
+            if model is None:
+                raise ConfigError(
+                    f"pair {wanted.id} is not in {self.path} ({self.describe()}); add a model "
+                    "that serves it (`babelstream models convert ... --pair "
+                    f"{wanted.id}`, or a [[model]] table listing both languages)"
+                )
+            chosen[model.model_id] = model
+        if models is None and pairs is None:
+            chosen = dict(self.models)
+        for model in chosen.values():
+            problems = model.problems()
+            if problems:
+                raise ConfigError(f"{self.path}: model {model.model_id}: " + "; ".join(problems))
+        return list(chosen.values())
 
     def entries(self, pairs: Iterable[Pair | str] | None = None) -> list[PairEntry]:
-        """Entries for ``pairs`` (all when None), after checking their files exist."""
-        wanted = list(self.pairs) if pairs is None else [str(p) for p in pairs]
+        """Entries for ``pairs`` (every explicit pair when None), after checking their files."""
+        wanted = (
+            [p for m in self.models.values() for p in m.explicit]
+            if pairs is None
+            else [str(p) for p in pairs]
+        )
         chosen: list[PairEntry] = []
         for pair_id in dict.fromkeys(wanted):
-            entry = self.pairs.get(pair_id)
-            if entry is None:
-                served = ", ".join(sorted(self.pairs)) or "none"
-                raise ConfigError(f"pair {pair_id} is not in {self.path} (served: {served})")
-            problems = entry.problems()
-            if problems:
-                raise ConfigError(f"{self.path}: pair {pair_id}: " + "; ".join(problems))
+            model = self.models_for(pairs=[pair_id])[0]
+            entry = model.entry(_parse_pair(pair_id, self.path))
+            assert entry is not None
             chosen.append(entry)
         return chosen
 
+    def describe(self) -> str:
+        """The models and how many pairs each serves, for messages."""
+        if not self.models:
+            return "no models"
+        return "; ".join(
+            f"{m.model_id}: {', '.join(p.id for p in m.pairs())}"
+            if m.pair_count() <= 6
+            else f"{m.model_id}: {m.pair_count()} pairs"
+            for m in self.models.values()
+        )
+
     def add(self, entry: PairEntry) -> None:
-        """Append ``entry`` to the registry file (creating it), refusing a duplicate pair."""
-        if entry.pair.id in self.pairs:
+        """Append ``entry`` to the registry file (creating it), refusing a pair served already."""
+        served = self.model_for(entry.pair)
+        if served is not None:
             raise ConfigError(
                 f"{self.path}: pair {entry.pair.id} is already served by "
-                f"{self.pairs[entry.pair.id].model_dir}; remove that entry first"
+                f"{served.model_id} ({served.model_dir}); remove that entry first"
             )
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as out:
             out.write("\n" + _entry_toml(entry, self.path.parent.resolve()))
 
     def save(self, header: str = "") -> None:
-        """(Re)write the whole file: ``header`` (comment lines), then every entry."""
+        """(Re)write the whole file with its [[pair]] tables: ``header`` (comment lines), then
+        every explicit pair (multilingual [[model]] tables are written by hand)."""
+        if self._multilingual:
+            raise ConfigError(f"{self.path}: has [[model]] tables; edit it by hand")
         base = self.path.parent.resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        body = "\n".join(_entry_toml(entry, base) for entry in self.pairs.values())
+        body = "\n".join(
+            _entry_toml(entry, base) for m in self.models.values() for entry in m.explicit.values()
+        )
         self.path.write_text(header + "\n" + body, encoding="utf-8")
+
+
+def models_of(entries: Iterable[PairEntry | ModelEntry]) -> list[ModelEntry]:
+    """Models as given, and pair entries grouped into the models they name (by model id)."""
+    models: dict[str, ModelEntry] = {}
+    pairs: list[PairEntry] = []
+    for entry in entries:
+        if isinstance(entry, ModelEntry):
+            models[entry.model_id] = entry
+        else:
+            pairs.append(entry)
+    for model_id, grouped in _by_model(pairs).items():
+        models[model_id] = _explicit_model(model_id, grouped, Path("(entries)"))
+    return list(models.values())
+
+
+def _parse_pair(pair_id: str, path: Path) -> Pair:
+    try:
+        return Pair.parse(pair_id)
+    except ContractError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _by_model(entries: Iterable[PairEntry]) -> dict[str, list[PairEntry]]:
+    grouped: dict[str, list[PairEntry]] = {}
+    for entry in entries:
+        grouped.setdefault(entry.model_id, []).append(entry)
+    return grouped
+
+
+def _explicit_model(model_id: str, entries: list[PairEntry], path: Path) -> ModelEntry:
+    """The model of the [[pair]] tables that name ``model_id``: they must agree on it."""
+    first = entries[0]
+    for entry in entries[1:]:
+        for what in ("model_dir", "compute_type", "decoding"):
+            if getattr(entry, what) != getattr(first, what):
+                raise ConfigError(
+                    f"{path}: pairs {first.pair.id} and {entry.pair.id} name model {model_id} "
+                    f"with different {what} ({getattr(first, what)} and "
+                    f"{getattr(entry, what)}); give them different model_id values"
+                )
+    try:
+        check_model_id(model_id)
+    except ContractError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return ModelEntry(
+        model_id=model_id,
+        model_dir=first.model_dir,
+        compute_type=first.compute_type,
+        decoding=first.decoding,
+        description=first.description,
+        explicit={e.pair.id: e for e in entries},
+    )
+
+
+def _model(item: Any, base: Path, where: str) -> ModelEntry:
+    """A [[model]] table: a multilingual model and the pairs of its languages."""
+    if not isinstance(item, dict):
+        raise ConfigError(f"{where}: expected a table")
+    unknown = set(item) - _MODEL_KEYS
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_MODEL_KEYS)}"
+        )
+    languages = item.get("languages")
+    if not (
+        isinstance(languages, list)
+        and len(languages) >= 2
+        and all(isinstance(lang, str) and _BCP47.match(lang) for lang in languages)
+    ):
+        raise ConfigError(f"{where}: 'languages' must list two or more BCP-47 tags")
+    if len(set(languages)) != len(languages):
+        raise ConfigError(f"{where}: 'languages' lists a tag twice")
+    subsets = {}
+    for key in ("sources", "targets"):
+        subset = item.get(key) or languages
+        if not isinstance(subset, list) or not set(subset) <= set(languages):
+            raise ConfigError(f"{where}: '{key}' must be a subset of 'languages'")
+        subsets[key] = frozenset(subset)
+    explicit_tokens = item.get("language_tokens", {})
+    fmt = item.get("language_token", "{lang}")
+    if not isinstance(explicit_tokens, dict) or not isinstance(fmt, str) or "{lang}" not in fmt:
+        raise ConfigError(
+            f"{where}: 'language_tokens' must be a table and 'language_token' a string "
+            "holding {lang}"
+        )
+    tokens = {
+        lang: str(explicit_tokens.get(lang, fmt.replace("{lang}", lang))) for lang in languages
+    }
+    suppress = _tokens(item, "suppress_tokens", where)
+    if item.get("suppress_language_tokens", False):
+        suppress = tuple(dict.fromkeys([*suppress, *tokens.values()]))
+    template = _entry(
+        {
+            "id": f"{languages[0]}_{languages[1]}",
+            **{k: v for k, v in item.items() if k in _KEYS and k != "suppress_tokens"},
+            "suppress_tokens": list(suppress),
+        },
+        base,
+        where,
+    )
+    spec = Languages(
+        languages=tuple(languages),
+        sources=subsets["sources"],
+        targets=subsets["targets"],
+        tokens=tokens,
+        target_prefix=_tokens(item, "target_prefix", where),
+        source_prefix=_tokens(item, "source_prefix", where),
+        source_suffix=_tokens(item, "source_suffix", where),
+        suppress_tokens=suppress,
+    )
+    for templates in (spec.target_prefix, spec.source_prefix, spec.source_suffix):
+        for t in templates:
+            if t.replace("{src}", "").replace("{tgt}", "").count("{"):
+                raise ConfigError(f"{where}: token {t!r}: only {{src}} and {{tgt}} are filled in")
+    try:
+        check_model_id(template.model_id)
+    except ContractError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return ModelEntry(
+        model_id=template.model_id,
+        model_dir=template.model_dir,
+        compute_type=template.compute_type,
+        decoding=template.decoding,
+        description=template.description,
+        languages=spec,
+        template=template,
+    )
 
 
 def _entry_toml(entry: PairEntry, base: Path) -> str:

@@ -1,4 +1,4 @@
-"""Where a worker's engine step gets its batch shape from, per pair and priority.
+"""Where a worker's engine step gets its batch shape from, per model and priority.
 
 :class:`BatchShaper` is the one object the worker asks before a take (how
 many messages, how long to wait) and before planning (the batcher), and tells
@@ -7,7 +7,7 @@ after a micro-batch what happened. It serves:
 * interactive work with static settings (``worker.max_messages``,
   ``max_wait_s``, ``token_budget``), or, with ``batching.adaptive``, with the
   knobs of an :class:`~pipeline.engine.adaptive.AdaptiveBatching` controller
-  fed by each micro-batch and by the SLA job's windows of its pair
+  fed by each micro-batch and by the SLA job's windows of the model's pairs
   (:meth:`BatchShaper.add` takes an :class:`~pipeline.messages.SlaWindow`, so
   a shaper is a sink for the dashboard's ``SlaFollower``);
 * bulk work with its own static size and budget, and every bulk call cut so
@@ -20,12 +20,13 @@ Both plan with the model's measured call-cost model.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pipeline import metrics
 from pipeline.engine.adaptive import AdaptiveBatching, BatchingKnobs, ControllerLimits
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
+from pipeline.errors import ContractError
 from pipeline.messages import SlaWindow
 from pipeline.pairs import Pair
 from pipeline.settings import Settings
@@ -34,14 +35,27 @@ log = logging.getLogger(__name__)
 
 
 class BatchShaper:
-    """Batch shape for one pair and priority: static, or adaptive (interactive only)."""
+    """Batch shape for one model and priority: static, or adaptive (interactive only)."""
 
     def __init__(
-        self, settings: Settings, pair: Pair, cost: CostModel, *, bulk: bool, replicas: int = 1
+        self,
+        settings: Settings,
+        model: str,
+        serves: Callable[[Pair], bool],
+        cost: CostModel,
+        *,
+        bulk: bool,
+        replicas: int = 1,
     ) -> None:
-        """``replicas``: the engine calls of this pair and priority that may run at once."""
+        """``serves``: whether the model translates a pair (its SLA windows count);
+        ``replicas``: the engine calls of this model and priority that may run at once.
+
+        The latency objective is the tightest one set for a pair it serves, else
+        the default.
+        """
         w, b = settings.worker, settings.batching
-        self.pair = pair
+        self.model = model
+        self._serves = serves
         self.cost = cost
         self.bulk = bulk
         self._max_call_s = b.bulk_max_call_s if bulk else None
@@ -52,11 +66,15 @@ class BatchShaper:
         )
         self.controller: AdaptiveBatching | None = None
         if b.adaptive and not bulk:
+            objective = min(
+                [ms for pair_id, ms in b.p95_ms.items() if serves(Pair.parse(pair_id))],
+                default=b.default_p95_ms,
+            )
             limits = ControllerLimits(
-                p95_ms=b.objective_ms(pair.id), min_wait_s=b.min_wait_s, max_messages=b.max_messages
+                p95_ms=objective, min_wait_s=b.min_wait_s, max_messages=b.max_messages
             )
             self.controller = AdaptiveBatching(limits, cost, replicas=replicas)
-            metrics.set_batching_state(pair.id, self.controller.state)
+            metrics.set_batching_state(model, self.controller.state)
         self._lag: int | None = None
         self._lag_growing = False
 
@@ -102,11 +120,11 @@ class BatchShaper:
         )
         state = self.controller.state
         if state.mode != mode:
-            # a mode change is what explains a step in a pair's latency or throughput
+            # a mode change is what explains a step in a model's latency or throughput
             log.info(
                 "%s: batching %s -> %s mode (queue %.2f s, engine %.2f s, %.1f arrivals/s); "
                 "up to %d messages",
-                self.pair.id,
+                self.model,
                 mode,
                 state.mode,
                 state.queue_delay_s,
@@ -114,16 +132,22 @@ class BatchShaper:
                 state.arrivals_per_s,
                 state.knobs.max_messages,
             )
-        metrics.set_batching_state(self.pair.id, state)
+        metrics.set_batching_state(self.model, state)
 
     def lag(self, records: int) -> None:
-        """The pair topic's consumer lag, sampled (whether a backlog is building)."""
+        """The work topic's consumer lag, sampled (whether a backlog is building)."""
         self._lag_growing = self._lag is not None and records > self._lag
         self._lag = records
 
     def add(self, window: SlaWindow) -> None:
-        """An SLA window closed (outer loop); windows of other pairs are ignored."""
-        if self.controller is None or window.pair != self.pair.id:
+        """An SLA window of a pair closed (outer loop); other models' pairs are ignored."""
+        if self.controller is None or window.priority != "interactive":
+            return
+        try:
+            pair = Pair.parse(window.pair)
+        except ContractError:  # the "unsupported" series
+            return
+        if not self._serves(pair):
             return
         self.controller.observe_window(window.p95_ms, window.count, lag_growing=self._lag_growing)
-        metrics.set_batching_state(self.pair.id, self.controller.state)
+        metrics.set_batching_state(self.model, self.controller.state)

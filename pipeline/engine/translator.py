@@ -45,6 +45,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ import ctranslate2
 import numpy as np
 import sentencepiece
 
+from pipeline import metrics
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.digest import files_fingerprint
 from pipeline.engine.costs import DEFAULT_COST, CostModel
@@ -65,7 +68,7 @@ from pipeline.engine.profile import (
     machine_key,
     measure_profile,
 )
-from pipeline.engine.registry import PairEntry, Registry, check_compute_type
+from pipeline.engine.registry import ModelEntry, PairEntry, Registry, check_compute_type, models_of
 from pipeline.engine.segment import Piece, split_text
 from pipeline.errors import ConfigError, EngineError
 from pipeline.pairs import Pair
@@ -130,6 +133,8 @@ class PreparedText:
 
     pieces: tuple[Piece, ...]
     sources: tuple[tuple[str, ...], ...]
+    # the pair it is translated for: its target prefix and target tokenizer
+    pair: Pair
 
     @property
     def tokens(self) -> int:
@@ -203,19 +208,46 @@ class _PieceText(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class _Loaded:
+    """What translating one pair needs: its entry, tokenizers and model."""
+
     entry: PairEntry
-    model: ctranslate2.Translator
+    model_id: str
     source_sp: sentencepiece.SentencePieceProcessor
     target_sp: sentencepiece.SentencePieceProcessor
-    cost: CostModel
+
+
+@dataclass(slots=True)
+class _Model:
+    """One CTranslate2 model: loaded on first use, unloaded when the budget needs room."""
+
+    entry: ModelEntry
+    bytes: int
+    translator: ctranslate2.Translator | None = None
+    compute_type: str = "unknown"
+    cost: CostModel = DEFAULT_COST
+    profile: EngineProfile | None = None
+    calls: int = 0  # under way now (never unloaded then)
+    used: float = 0.0  # when it was last called (time.monotonic())
+    loads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class _Model:
-    model: ctranslate2.Translator
-    compute_type: str
-    cost: CostModel
-    profile: EngineProfile | None = None
+class CallKey:
+    """What every sequence of one CTranslate2 call must share: the model and how it decodes."""
+
+    model_id: str
+    suppress_tokens: tuple[str, ...]
+    decoding: str
+    max_output_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCall:
+    """The input of one model call: source tokens and each one's target prefix."""
+
+    key: CallKey
+    sources: list[list[str]]
+    prefixes: list[list[str]]
 
 
 class _Probe:
@@ -242,17 +274,23 @@ class _Probe:
 
 
 class CTranslate2Translator(Translator):
-    """CTranslate2 + SentencePiece translator for one or more registry pairs.
+    """CTranslate2 + SentencePiece translator for the pairs of one or more registry models.
 
-    Pairs whose entries name the same model directory and compute type share
-    one loaded model; tokenizers are shared by file. ``model_ids`` maps each
-    pair id to its registry ``model_id`` (what cache digests and results name);
-    ``model_id`` joins the distinct ones.
+    Texts of every pair one model serves share its calls: each sequence
+    carries its own target prefix (:class:`CallKey` says what a call's
+    sequences must share). Tokenizers are shared by file; a pair's entry is
+    resolved on first use (a multilingual model may serve thousands).
+
+    With ``max_loaded_models`` or ``max_loaded_bytes`` (the ``model.bin`` size)
+    a model is loaded on first use and the least recently used idle one is
+    unloaded when the budget needs room; a call for a cold model waits for
+    its load (counted in ``babelstream_model_load_seconds``). Without a budget
+    every model is loaded at start.
     """
 
     def __init__(
         self,
-        entries: Iterable[PairEntry],
+        entries: Iterable[PairEntry | ModelEntry],
         *,
         device: str = "auto",
         compute_type: str | None = None,
@@ -264,8 +302,10 @@ class CTranslate2Translator(Translator):
         profiles: ProfileCache | None = None,
         profile_shape: tuple[int, int] = (32, 24),
         profile_seconds: float = 2.0,
+        max_loaded_models: int | None = None,
+        max_loaded_bytes: int | None = None,
     ) -> None:
-        """Load the models of ``entries``.
+        """Load the models of ``entries`` (pair entries of one model form that model).
 
         ``compute_type`` overrides every entry's own; ``max_batch_tokens`` is
         CTranslate2's ``max_batch_size`` with ``batch_type="tokens"``; the
@@ -285,57 +325,44 @@ class CTranslate2Translator(Translator):
         self.decoding_ratio = decoding_ratio
         self.inter_threads = inter_threads
         self.intra_threads = intra_threads
+        self._compute_type = compute_type
         self._profiles = profiles
         self._profile_shape = profile_shape
         self._profile_seconds = profile_seconds
-        self.profiles: dict[str, EngineProfile] = {}
+        self._max_models = max_loaded_models
+        self._max_bytes = max_loaded_bytes
         self._known_chars: dict[str, dict[str, bool]] = {}  # pair id -> char -> known
-        models: dict[tuple[Path, str], _Model] = {}
-        tokenizers: dict[Path, sentencepiece.SentencePieceProcessor] = {}
+        self._tokenizers: dict[Path, sentencepiece.SentencePieceProcessor] = {}
         self._pairs: dict[str, _Loaded] = {}
-        self.compute_types: dict[str, str] = {}
-        for entry in entries:
-            problems = entry.problems()
+        self._lock = threading.RLock()  # loads, unloads and call counts
+        self._models: dict[str, _Model] = {}
+        for model in models_of(entries):
+            problems = model.problems()
             if problems:
-                raise ConfigError(f"pair {entry.pair.id}: " + "; ".join(problems))
-            requested = compute_type or entry.compute_type
-            key = (entry.model_dir, requested)
-            for path in (entry.source_tokenizer, entry.target_tokenizer):
-                if path not in tokenizers:
-                    try:
-                        tokenizers[path] = sentencepiece.SentencePieceProcessor(
-                            model_file=str(path)
-                        )
-                    except (OSError, RuntimeError) as exc:
-                        raise EngineError(f"cannot load tokenizer {path}: {exc}") from exc
-            if key not in models:
-                models[key] = self._load(entry, requested, tokenizers[entry.source_tokenizer])
-            loaded = models[key]
-            self._pairs[entry.pair.id] = _Loaded(
-                entry,
-                loaded.model,
-                tokenizers[entry.source_tokenizer],
-                tokenizers[entry.target_tokenizer],
-                loaded.cost,
-            )
-            if loaded.profile is not None:
-                self.profiles[entry.pair.id] = loaded.profile
-            self.compute_types[entry.pair.id] = loaded.compute_type
-        if not self._pairs:
+                raise ConfigError(f"model {model.model_id}: " + "; ".join(problems))
+            size = (model.model_dir / "model.bin").stat().st_size
+            self._models[model.model_id] = _Model(model, size)
+        if not self._models:
             raise ConfigError("no pairs to serve")
-        self.model_ids = {pid: p.entry.model_id for pid, p in self._pairs.items()}
-        self.model_id = "+".join(sorted(set(self.model_ids.values())))
+        self.model_id = "+".join(sorted(self._models))
+        if self._max_models is None and self._max_bytes is None:
+            for loaded in self._models.values():
+                self._ensure_loaded(loaded)
 
     @classmethod
     def from_settings(
-        cls, settings: EngineSettings, pairs: Iterable[Pair | str] | None = None
+        cls,
+        settings: EngineSettings,
+        pairs: Iterable[Pair | str] | None = None,
+        models: Iterable[str] | None = None,
     ) -> CTranslate2Translator:
-        """Load the registry named in ``settings`` and only the ``pairs`` asked for."""
+        """Load the registry named in ``settings`` and only the models asked for (by id, or
+        serving ``pairs``; every model when both are None)."""
         registry = Registry.load(settings.registry)
         device = resolve_device(settings.device)
         replicas, per_replica = settings.threads(device)
         return cls(
-            registry.entries(pairs),
+            registry.models_for(models, pairs),
             device=device,
             compute_type=settings.compute_type,
             inter_threads=replicas,
@@ -345,19 +372,102 @@ class CTranslate2Translator(Translator):
             profiles=ProfileCache(settings.profile_cache) if settings.profile else None,
             profile_shape=settings.profile_shape,
             profile_seconds=settings.profile_seconds,
+            max_loaded_models=settings.max_loaded_models,
+            max_loaded_bytes=settings.max_loaded_bytes,
         )
 
-    def _load(
-        self, entry: PairEntry, requested: str, tokenizer: sentencepiece.SentencePieceProcessor
-    ) -> _Model:
-        """Load ``entry``'s model; with profiles, at the measured compute type and costs."""
-        if self._profiles is None:
-            ctype = resolve_compute_type(requested, self.device)
-            return _Model(self._open(entry, ctype), ctype, DEFAULT_COST)
-        profile = self._profile(entry, requested, tokenizer, self._profiles)
-        return _Model(
-            self._open(entry, profile.compute_type), profile.compute_type, profile.cost, profile
-        )
+    @property
+    def models(self) -> list[ModelEntry]:
+        """The models this translator serves."""
+        return [m.entry for m in self._models.values()]
+
+    def loaded_models(self) -> list[str]:
+        """The ids of the models loaded now."""
+        with self._lock:
+            return [mid for mid, m in self._models.items() if m.translator is not None]
+
+    def compute_type(self, pair: Pair) -> str:
+        """The compute type ``pair``'s model runs at ("unknown" until it is loaded)."""
+        return self._model_of(pair).compute_type
+
+    def profile(self, pair: Pair) -> EngineProfile | None:
+        """The measured profile of ``pair``'s model, once it is loaded with profiles on."""
+        return self._model_of(pair).profile
+
+    def serves(self, pair: Pair) -> bool:
+        return any(m.entry.serves(pair) for m in self._models.values())
+
+    def _ensure_loaded(self, model: _Model) -> ctranslate2.Translator:
+        """The model's CTranslate2 translator, loaded now if it is not (blocks)."""
+        with self._lock:
+            if model.translator is not None:
+                return model.translator
+            self._make_room(model)
+            began = time.perf_counter()
+            requested = self._compute_type or model.entry.compute_type
+            first = model.entry.any_entry()
+            tokenizer = self._tokenizer(first.source_tokenizer)
+            if self._profiles is None:
+                ctype = resolve_compute_type(requested, self.device)
+                model.translator, model.compute_type = self._open(first, ctype), ctype
+            else:
+                profile = self._profile(first, requested, tokenizer, self._profiles)
+                model.translator = self._open(first, profile.compute_type)
+                model.compute_type, model.cost, model.profile = (
+                    profile.compute_type,
+                    profile.cost,
+                    profile,
+                )
+            model.loads += 1
+            seconds = time.perf_counter() - began
+            metrics.record_model_load(model.entry.model_id, seconds)
+            if model.loads > 1 or self._max_models is not None or self._max_bytes is not None:
+                log.info("loaded model %s in %.2fs", model.entry.model_id, seconds)
+            return model.translator
+
+    def _make_room(self, wanted: _Model) -> None:
+        """Unload least recently used idle models until ``wanted`` fits the budget."""
+
+        def over() -> bool:
+            loaded = [m for m in self._models.values() if m.translator is not None]
+            count = self._max_models is not None and len(loaded) + 1 > self._max_models
+            size = self._max_bytes is not None and (
+                sum(m.bytes for m in loaded) + wanted.bytes > self._max_bytes
+            )
+            return count or size
+
+        while over():
+            idle = sorted(
+                (m for m in self._models.values() if m.translator is not None and not m.calls),
+                key=lambda m: m.used,
+            )
+            if not idle:
+                log.warning(
+                    "model budget exceeded: every loaded model is computing; loading %s anyway",
+                    wanted.entry.model_id,
+                )
+                return
+            victim = idle[0]
+            assert victim.translator is not None
+            del victim.translator  # frees its weights once no call holds a reference
+            victim.translator = None
+            metrics.record_model_eviction(victim.entry.model_id)
+            log.info(
+                "unloaded model %s to make room for %s",
+                victim.entry.model_id,
+                wanted.entry.model_id,
+            )
+
+    def _tokenizer(self, path: Path) -> sentencepiece.SentencePieceProcessor:
+        with self._lock:
+            if path not in self._tokenizers:
+                try:
+                    self._tokenizers[path] = sentencepiece.SentencePieceProcessor(
+                        model_file=str(path)
+                    )
+                except (OSError, RuntimeError) as exc:
+                    raise EngineError(f"cannot load tokenizer {path}: {exc}") from exc
+            return self._tokenizers[path]
 
     def _profile(
         self,
@@ -367,7 +477,7 @@ class CTranslate2Translator(Translator):
         cache: ProfileCache,
     ) -> EngineProfile:
         """The cached profile of this model on this machine, or a fresh measurement."""
-        check_compute_type(requested, entry.pair.id)
+        check_compute_type(requested, entry.model_id)
         key = "|".join(
             (
                 files_fingerprint([entry.model_dir / "model.bin"]),
@@ -421,33 +531,42 @@ class CTranslate2Translator(Translator):
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"cannot load {entry.model_dir}: {exc}") from exc
 
-    @property
-    def pairs(self) -> list[str]:
-        """Pair ids this translator serves."""
-        return sorted(self._pairs)
-
     def cost_model(self, pair: Pair) -> CostModel:
         """What one engine call of ``pair``'s model costs (measured, or the default)."""
-        return self._loaded(pair).cost
+        model = self._model_of(pair)
+        if self._profiles is not None:
+            self._ensure_loaded(model)  # the cost is measured when the model is loaded
+        return model.cost
+
+    def call_key(self, pair: Pair) -> CallKey:
+        """What a call holding ``pair``'s texts shares with every other sequence in it."""
+        loaded = self._loaded(pair)
+        entry = loaded.entry
+        return CallKey(
+            loaded.model_id, entry.suppress_tokens, entry.decoding, entry.max_output_tokens
+        )
 
     def count_tokens(self, text: str, pair: Pair) -> int:
         """Source tokens of ``text``, prefix and suffix tokens included (0 for empty text)."""
-        return self.prepare([text], pair)[0].tokens
+        return self.prepare([text], [pair])[0].tokens
 
-    def prepare(self, texts: Sequence[str], pair: Pair) -> list[PreparedText]:
-        """Cut each text into pieces the model can take and tokenise each piece once."""
-        loaded = self._loaded(pair)
-        entry = loaded.entry
+    def prepare(self, texts: Sequence[str], pairs: Sequence[Pair]) -> list[PreparedText]:
+        """Cut each text into pieces the model can take and tokenise each piece once
+        (``pairs[i]`` is the pair of ``texts[i]``)."""
         prepared = []
-        for text in texts:
+        for text, pair in zip(texts, pairs, strict=True):
+            loaded = self._loaded(pair)
+            entry = loaded.entry
             pieces: dict[str, list[str]] = {}
 
-            def tokens_of(core: str, pieces: dict[str, list[str]] = pieces) -> list[str]:
+            def tokens_of(
+                core: str, pieces: dict[str, list[str]] = pieces, loaded: _Loaded = loaded
+            ) -> list[str]:
                 if core not in pieces:
                     pieces[core] = loaded.source_sp.encode(core, out_type=str) if core else []
                 return pieces[core]
 
-            def count(core: str) -> int:
+            def count(core: str, entry: PairEntry = entry) -> int:
                 n = len(tokens_of(core))
                 return n + len(entry.source_prefix) + len(entry.source_suffix) if n else 0
 
@@ -457,31 +576,51 @@ class CTranslate2Translator(Translator):
                 for piece in cut
                 if piece.core
             )
-            prepared.append(PreparedText(tuple(cut), sources))
+            prepared.append(PreparedText(tuple(cut), sources, pair))
         return prepared
 
     def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
         """Translate ``texts`` for ``pair``; the result has one Translation per text, in order."""
-        return self.translate_prepared(self.prepare(texts, pair), pair)
+        return self.translate_prepared(self.prepare(texts, [pair] * len(texts)))
 
-    def translate_prepared(self, prepared: Sequence[PreparedText], pair: Pair) -> list[Translation]:
-        """Translate already prepared texts (no second tokenisation); results in order."""
-        sources = self.encode(prepared)
-        return self.assemble(prepared, self.run(sources, pair) if sources else [], pair)
+    def translate_prepared(self, prepared: Sequence[PreparedText]) -> list[Translation]:
+        """Translate already prepared texts (no second tokenisation); results in order.
 
-    @staticmethod
-    def encode(prepared: Sequence[PreparedText]) -> list[list[str]]:
-        """The model input of one call: every piece of every text, in order."""
-        return [list(source) for text in prepared for source in text.sources]
+        Texts whose pairs need calls of their own (:meth:`call_key`) are called apart.
+        """
+        out: list[Translation | None] = [None] * len(prepared)
+        groups: dict[CallKey, list[int]] = {}
+        for i, text in enumerate(prepared):
+            groups.setdefault(self.call_key(text.pair), []).append(i)
+        for indices in groups.values():
+            part = [prepared[i] for i in indices]
+            call = self.encode(part)
+            outputs = self.run(call) if call.sources else []
+            for i, done in zip(indices, self.assemble(part, outputs), strict=True):
+                out[i] = done
+        return [t for t in out if t is not None]
+
+    def encode(self, prepared: Sequence[PreparedText]) -> EngineCall:
+        """The model input of one call: every piece of every text, in order, each with its
+        pair's target prefix (the texts must share a :meth:`call_key`)."""
+        if not prepared:
+            return EngineCall(CallKey("", (), "free", 0), [], [])
+        sources, prefixes = [], []
+        for text in prepared:
+            prefix = list(self._loaded(text.pair).entry.target_prefix)
+            for source in text.sources:
+                sources.append(list(source))
+                prefixes.append(prefix)
+        return EngineCall(self.call_key(prepared[0].pair), sources, prefixes)
 
     def assemble(
-        self, prepared: Sequence[PreparedText], outputs: Sequence[list[str]], pair: Pair
+        self, prepared: Sequence[PreparedText], outputs: Sequence[list[str]]
     ) -> list[Translation]:
         """Detokenise ``run``'s output tokens and rejoin each text's pieces."""
-        target_sp = self._loaded(pair).target_sp
         it = iter(outputs)
         results: list[Translation] = []
         for text in prepared:
+            target_sp = self._loaded(text.pair).target_sp
             parts: list[str] = []
             n_out = 0
             for piece in text.pieces:
@@ -495,48 +634,48 @@ class CTranslate2Translator(Translator):
             results.append(Translation("".join(parts) if n_in else "", n_in, n_out))
         return results
 
-    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
-        """One model call on source token lists; the output tokens, prefix removed. Blocks."""
-        prefix = list(self._loaded(pair).entry.target_prefix)
+    def run(self, call: EngineCall) -> list[list[str]]:
+        """One model call; the output tokens, each sequence's prefix removed. Blocks."""
         out: list[list[str]] = []
-        for result in self._call(sources, pair):
+        for result, prefix in zip(self._call(call), call.prefixes, strict=True):
             tokens = result.hypotheses[0]
             if prefix and tokens[: len(prefix)] == prefix:
                 tokens = tokens[len(prefix) :]
             out.append(tokens)
         return out
 
-    def _call(
-        self, sources: list[list[str]], pair: Pair, **options: bool
-    ) -> list[ctranslate2.TranslationResult]:
-        """CTranslate2's ``translate_batch`` with the pair's decoding policy; raw results."""
-        if not sources:
+    def _call(self, call: EngineCall, **options: bool) -> list[ctranslate2.TranslationResult]:
+        """CTranslate2's ``translate_batch`` with the call's decoding policy; raw results."""
+        if not call.sources:
             return []
-        loaded = self._loaded(pair)
-        entry = loaded.entry
-        prefix = list(entry.target_prefix)
-        longest = max(len(s) for s in sources)
+        key = call.key
+        model = self._models[key.model_id]
+        longest = max(len(s) + len(p) for s, p in zip(call.sources, call.prefixes, strict=True))
         stop: Callable[[ctranslate2.GenerationStepResult], bool] | None = None
-        if entry.decoding == "input_length":
-            min_length = max_length = longest + len(prefix)
+        if key.decoding == "input_length":
+            min_length = max_length = longest
             if self.beam_size == 1:  # CTranslate2 takes step callbacks in greedy search only
-                stop = _stop_at_own_length([len(s) + len(prefix) for s in sources])
+                stop = _stop_at_own_length(
+                    [len(s) + len(p) for s, p in zip(call.sources, call.prefixes, strict=True)]
+                )
         else:
             # Never past the model's positions, whatever the input length.
             min_length = 0
-            max_length = min(
-                int(longest * self.decoding_ratio) + 16 + len(prefix), entry.max_output_tokens
-            )
+            max_length = min(int(longest * self.decoding_ratio) + 16, key.max_output_tokens)
+        with self._lock:
+            model.calls += 1
+            model.used = time.monotonic()
         try:
+            translator = self._ensure_loaded(model)
             return list(
-                loaded.model.translate_batch(
-                    sources,
-                    target_prefix=[prefix] * len(sources) if prefix else None,
+                translator.translate_batch(
+                    call.sources,
+                    target_prefix=call.prefixes if any(call.prefixes) else None,
                     max_batch_size=self.max_batch_tokens,
                     batch_type="tokens",
                     beam_size=self.beam_size,
                     max_input_length=0,  # never truncate; long texts were split when prepared
-                    suppress_sequences=[[t] for t in entry.suppress_tokens] or None,
+                    suppress_sequences=[[t] for t in key.suppress_tokens] or None,
                     min_decoding_length=min_length,
                     max_decoding_length=max_length,
                     callback=stop,
@@ -544,7 +683,10 @@ class CTranslate2Translator(Translator):
                 )
             )
         except (RuntimeError, ValueError) as exc:
-            raise EngineError(f"{entry.pair.id}: translation failed: {exc}") from exc
+            raise EngineError(f"{key.model_id}: translation failed: {exc}") from exc
+        finally:
+            with self._lock:
+                model.calls -= 1
 
     def translate_aligned(self, texts: Sequence[str], pair: Pair) -> list[AlignedTranslation]:
         """Like :meth:`translate_batch`, with CTranslate2's ``return_attention`` alignment.
@@ -553,8 +695,8 @@ class CTranslate2Translator(Translator):
         texts are cut exactly as :meth:`translate_batch` cuts them. Blocks.
         """
         loaded = self._loaded(pair)
-        prepared = self.prepare(texts, pair)
-        results = iter(self._call(self.encode(prepared), pair, return_attention=True))
+        prepared = self.prepare(texts, [pair] * len(texts))
+        results = iter(self._call(self.encode(prepared), return_attention=True))
         return [_aligned(text, results, loaded) for text in prepared]
 
     def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]:
@@ -566,13 +708,26 @@ class CTranslate2Translator(Translator):
             known[ch] = not any(sp.is_byte(i) or sp.is_unknown(i) for i in ids)
         return frozenset(ch for ch in set(text) if not known[ch])
 
+    def _model_of(self, pair: Pair) -> _Model:
+        return self._models[self._loaded(pair).model_id]
+
     def _loaded(self, pair: Pair) -> _Loaded:
         loaded = self._pairs.get(pair.id)
-        if loaded is None:
-            raise EngineError(
-                f"pair {pair.id} is not served here (serving: {', '.join(self.pairs)})"
-            )
-        return loaded
+        if loaded is not None:
+            return loaded
+        for model in self._models.values():
+            entry = model.entry.entry(pair)
+            if entry is not None:
+                loaded = _Loaded(
+                    entry,
+                    model.entry.model_id,
+                    self._tokenizer(entry.source_tokenizer),
+                    self._tokenizer(entry.target_tokenizer),
+                )
+                self._pairs[pair.id] = loaded
+                return loaded
+        served = ", ".join(sorted(self._models))
+        raise EngineError(f"pair {pair.id} is not served here (models: {served})")
 
 
 def _stop_at_own_length(

@@ -56,8 +56,9 @@ class TranslatorEngine:
             return self.translator.unknown_characters(text, self.pair)
         return frozenset()
 
-    async def translate(self, calls: Sequence[Call]) -> list[Translation]:
-        """Outputs for ``calls``, in order."""
+    async def translate(self, calls: Sequence[Call], pairs: Sequence[Pair]) -> list[Translation]:
+        """Outputs for ``calls`` (all of this engine's pair), in order."""
+        assert all(p == self.pair for p in pairs), "one pair per TranslatorEngine"
         plain = [c.text for c in calls if not c.aligned]
         aligned = [c.text for c in calls if c.aligned]
         plain_out: list[Translation] = []
@@ -77,20 +78,27 @@ class TranslatorEngine:
 
 
 class CallRunner(Protocol):
-    """Runs engine calls; a call the engine refuses on its own comes back as ``Refused``."""
+    """Runs engine calls, ``calls[i]`` for pair ``pairs[i]``; a call the engine refuses on its
+    own comes back as ``Refused``."""
 
-    async def translate(self, calls: Sequence[Call]) -> Sequence[Translation | Refused]: ...
+    async def translate(
+        self, calls: Sequence[Call], pairs: Sequence[Pair]
+    ) -> Sequence[Translation | Refused]: ...
 
 
-async def drive(restorations: Sequence[Restoration], engine: CallRunner) -> None:
-    """Run every restoration to its outcome, one batched engine call per round."""
+async def drive(
+    restorations: Sequence[Restoration], engine: CallRunner, pairs: Sequence[Pair]
+) -> None:
+    """Run every restoration (of pair ``pairs[i]``) to its outcome, one batched engine call
+    per round: requests of different pairs of one model share it."""
     while True:
-        rounds = [(r, r.calls()) for r in restorations]
-        flat = [call for _, calls in rounds for call in calls]
+        rounds = [(r, r.calls(), pair) for r, pair in zip(restorations, pairs, strict=True)]
+        flat = [call for _, calls, _ in rounds for call in calls]
         if not flat:
             return
-        outputs = iter(await engine.translate(flat))
-        for restoration, calls in rounds:
+        flat_pairs = [pair for _, calls, pair in rounds for _ in calls]
+        outputs = iter(await engine.translate(flat, flat_pairs))
+        for restoration, calls, _ in rounds:
             if calls:
                 restoration.feed([next(outputs) for _ in calls])
 
@@ -105,5 +113,5 @@ async def translate_text(
     """One text through prepare → engine → restore (raises ``BadMarkup``)."""
     prepared = prepare(text, fmt, config or FidelityConfig(), glossary)
     restoration = Restoration(prepared, engine)
-    await drive([restoration], engine)
+    await drive([restoration], engine, [engine.pair])
     return restoration.outcome()

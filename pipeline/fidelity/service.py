@@ -114,7 +114,7 @@ class FidelityService:
         """Translate every prepared request of ``pair``: one engine call per round."""
         engine = TranslatorEngine(translator, pair, executor)
         restorations = [Restoration(p, engine) for p in prepared]
-        await drive(restorations, engine)
+        await drive(restorations, engine, [pair] * len(restorations))
         return [r.outcome() for r in restorations]
 
 

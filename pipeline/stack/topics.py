@@ -24,9 +24,8 @@ from pipeline.pairs import (
     SLA_LATE_TOPIC,
     SLA_TOPIC,
     TICKS_TOPIC,
-    Pair,
-    bulk_topic,
-    pair_topic,
+    bulk_work_topic,
+    work_topic,
 )
 from pipeline.settings import KafkaSettings, Settings
 
@@ -79,9 +78,21 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
             kafka.ticks_partitions, {"retention.ms": str(kafka.ticks_retention_ms)}
         ),
     }
-    for pair_id in settings.stack.pairs:
-        specs.update(pair_topic_specs(kafka, Pair.parse(pair_id)))
+    for model_id in registry_models(settings):
+        specs.update(model_topic_specs(kafka, model_id))
     return specs
+
+
+def registry_models(settings: Settings) -> list[str]:
+    """The model ids of the engine registry (none when it cannot be read: the worker says
+    why, and creates its models' topics itself)."""
+    from pipeline.engine.registry import Registry
+    from pipeline.errors import ConfigError
+
+    try:
+        return sorted(Registry.load(settings.engine.registry).models)
+    except ConfigError:
+        return []
 
 
 def ensure_named(settings: Settings, *names: str) -> EnsureReport:
@@ -91,11 +102,11 @@ def ensure_named(settings: Settings, *names: str) -> EnsureReport:
     return ensure_topics(settings.kafka, {name: specs[name] for name in names})
 
 
-def pair_topic_specs(kafka: KafkaSettings, pair: Pair) -> dict[str, TopicSpec]:
-    """The interactive and bulk work topics of one pair."""
+def model_topic_specs(kafka: KafkaSettings, model_id: str) -> dict[str, TopicSpec]:
+    """The interactive and bulk work topics of one model (every pair it serves)."""
     return {
-        pair_topic(pair): TopicSpec(kafka.pair_partitions),
-        bulk_topic(pair): TopicSpec(kafka.pair_partitions),
+        work_topic(model_id): TopicSpec(kafka.work_partitions),
+        bulk_work_topic(model_id): TopicSpec(kafka.work_partitions),
     }
 
 

@@ -37,7 +37,7 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import RESULTS_TOPIC, Pair
+from pipeline.pairs import RESULTS_TOPIC
 
 # how often a step waiting for a control feed looks again
 READY_POLL_S = 0.05
@@ -162,10 +162,10 @@ class BatchStats:
 
 @dataclass
 class Batch:
-    """One micro-batch of one topic of one pair, as the steps see it."""
+    """One micro-batch of one topic, as the steps see it: requests of every pair the
+    topic's model serves (``model_id``: the model, "" for the router's batches)."""
 
     items: list[Item]
-    pair: Pair | None
     model_id: str
     worker: str
     clock: Callable[[], int] = now_ms
@@ -188,9 +188,9 @@ class Batch:
         self.stats.size = len(self.items)
 
     @classmethod
-    def of(cls, records: list[Record], *, pair: Pair | None, model_id: str, worker: str) -> Batch:
+    def of(cls, records: list[Record], *, model_id: str, worker: str) -> Batch:
         """A fresh batch of pending items, one per record."""
-        return cls([Item(record) for record in records], pair, model_id, worker)
+        return cls([Item(record) for record in records], model_id, worker)
 
     def pending(self) -> list[Item]:
         return [item for item in self.items if item.pending]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipeline.cache import TwoLevelCache
 from pipeline.fidelity.service import FidelityService
+from pipeline.pairs import Pair
 from pipeline.routing import Router
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Step
@@ -31,6 +34,7 @@ from pipeline.steps.window import DedupWindow, WindowLookup
 
 def translation_steps(
     *,
+    serves: Callable[[Pair], bool],
     limits: LimitSettings,
     window: DedupWindow,
     cache: TwoLevelCache,
@@ -56,11 +60,13 @@ def translation_steps(
     (``pipeline.fidelity``). ``recent_translations``: how many finished
     translations the engine step keeps for later batches
     (``worker.recent_translations``); ``control_wait_s``: how long a batch
-    waits at start for the cancel and quarantine topics to be read.
+    waits at start for the cancel and quarantine topics to be read; ``serves``:
+    whether the agent's model translates a pair (a request for another is a dead
+    letter).
     """
     return Chain(
         decide=(
-            Decode(limits),
+            Decode(limits, serves),
             Quarantine(quarantine, limits, control_wait_s),
             OpenSpans(compute_type),
             Deadline(limits.default_timeout_ms),
@@ -103,11 +109,12 @@ def routing_steps(
 def _publish(
     producer: Producer, replies: ReplyCopies, totals: StatsSink, compute_type: str | None
 ) -> tuple[Step, ...]:
-    """What every agent does with a decided batch: records out, acknowledged, counted."""
+    """What every agent does with a decided batch: records out, acknowledged, counted
+    (``compute_type`` None: the router's, which counts what it routed, and has no spans)."""
     return (
         Emit(),
         Publish(producer),
         replies,
         *([CloseSpans(compute_type)] if compute_type is not None else []),
-        Observe(totals),
+        Observe(totals, routing=compute_type is None),
     )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pipeline.codec import Accepted, RecordRef, dead_letter, decode_request
+from pipeline.pairs import Pair
 from pipeline.routing import request_digest
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Batch
@@ -13,12 +16,14 @@ class Decode:
 
     Reads: ``record``. Sets: ``request`` and ``digest`` (model, pair, tenant,
     domain, full text). Resolves: dead letters (input-caused), including a
-    request for another pair than the topic's (someone bypassed the router).
-    Raises: nothing.
+    request for a pair the topic's model does not serve (someone bypassed the
+    router). Raises: nothing.
     """
 
-    def __init__(self, limits: LimitSettings) -> None:
+    def __init__(self, limits: LimitSettings, serves: Callable[[Pair], bool]) -> None:
+        """``serves``: whether this agent's model translates a pair."""
         self._limits = limits
+        self._serves = serves
 
     async def __call__(self, batch: Batch) -> None:
         for item in batch.pending():
@@ -29,13 +34,14 @@ class Decode:
                 item.dead_letter = decoded.dead_letter
                 continue
             request = decoded.request
-            if batch.pair is not None and request.pair != batch.pair:
+            if not self._serves(request.pair):
                 item.dead_letter = dead_letter(
                     ref,
                     record.key,
                     record.value,
                     "invalid",
-                    f"a {request.pair.id} request on the work topic of {batch.pair.id}",
+                    f"a {request.pair.id} request on {record.topic}, whose model does not "
+                    "serve that pair",
                 )
                 continue
             item.request = request

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# A text every model translates; used to tell a broken engine from a poison input.
-CANARY_TEXT = "Hello."
 # Out-of-memory reports of CTranslate2 (CUDA and CPU allocators) are never the input's fault.
 _OOM_MARKERS = ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "bad_alloc")
 
@@ -59,16 +57,20 @@ def is_engine_fault(exc: BaseException) -> bool:
 
 
 class EngineRunner:
-    """Runs distinct texts through the translator in planned sub-batches.
+    """Runs distinct texts of one model's pairs through the translator in planned sub-batches.
 
     Texts are tokenised once and planned in the engine's prep thread, calls
     run in its compute threads (:class:`~pipeline.engine.overlap.EngineLane`,
     with read-ahead), and every call goes through the worker's shared
     :class:`PriorityGate` (interactive before bulk); a plan's calls run side
-    by side on as many replicas as the gate gives their priority. Sub-batches
-    are cut by the model's measured call costs: by ``shaper``'s batcher when
-    given (adaptive knobs, bulk calls bounded in time), else by
-    ``batcher``'s budget.
+    by side on as many replicas as the gate gives their priority. Texts of
+    different pairs share calls (each carries its pair's target prefix),
+    length-sorted together; only texts whose pairs need calls of their own
+    (the translator's ``call_key``) are planned apart. Sub-batches are cut by
+    the model's measured call costs: by ``shaper``'s batcher when given
+    (adaptive knobs, bulk calls bounded in time), else by ``batcher``'s budget.
+    ``canary_text`` gives the known-good text of a source language (telling
+    a broken engine from a poison input).
     """
 
     def __init__(
@@ -78,14 +80,19 @@ class EngineRunner:
         gate: PriorityGate,
         priority: int = INTERACTIVE,
         *,
+        canary_text: Callable[[str], str],
         shaper: BatchShaper | None = None,
+        label: str | None = None,
     ) -> None:
+        """``label``: the model, in metrics (default: the translator's model id)."""
         self._translator = translator
         self._lane: EngineLane[Any] = EngineLane(staged(translator), gate.replicas)
         self._batcher = batcher
         self._gate = gate
         self._priority = priority
-        self._label = "bulk" if priority == BULK else "interactive"
+        self._priority_label = "bulk" if priority == BULK else "interactive"
+        self._canary_text = canary_text
+        self._label = label or translator.model_id
         self.shaper = shaper
 
     def _planner(self, pair: Pair) -> TokenBudgetBatcher:
@@ -105,29 +112,51 @@ class EngineRunner:
     async def run(
         self,
         texts: Sequence[str],
-        pair: Pair,
+        pairs: Sequence[Pair],
         stats: BatchStats,
         on_last_call: Callable[[], None] | None = None,
     ) -> list[Translation | Rejected]:
-        """One outcome per text, in order; raises TransientError when the engine is at fault.
+        """One outcome per text (``pairs[i]``: ``texts[i]``'s pair), in order; raises
+        TransientError when the engine is at fault.
 
         ``on_last_call`` runs when the planned calls' last one gets the engine
         (not for the calls that narrow down a failure).
         """
-        prepared = await self._lane.prepare(texts, pair)
-        plan = await self._lane.plan(prepared, self._planner(pair))
+        prepared = await self._lane.prepare(texts, pairs)
+        groups: dict[Hashable, list[int]] = {}
+        for i, text in enumerate(prepared):
+            groups.setdefault(self._lane.translator.call_key(text.pair), []).append(i)
+        out: list[Translation | Rejected | None] = [None] * len(texts)
+        for n, indices in enumerate(groups.values()):
+            last = n + 1 == len(groups)
+            part = [prepared[i] for i in indices]
+            results = await self._run_group(part, stats, on_last_call if last else None)
+            for i, result in zip(indices, results, strict=True):
+                out[i] = result
+        stats.engine_texts += len(texts)
+        done = [o for o in out if o is not None]
+        rejected = [p.pair for p, o in zip(prepared, done, strict=True) if isinstance(o, Rejected)]
+        if rejected:
+            await self._check_canary(rejected[0])
+        return done
+
+    async def _run_group(
+        self, prepared: list[Any], stats: BatchStats, on_last_call: Callable[[], None] | None
+    ) -> list[Translation | Rejected]:
+        """Texts that may share calls: planned together, run side by side."""
+        plan = await self._lane.plan(prepared, self._planner(prepared[0].pair))
         stats.padded_tokens += plan.padded_tokens
         stats.pad_tokens += plan.pad_tokens
         stats.engine_estimated_s += plan.estimated_s
         outcomes = await self._lane.run_plan(
-            prepared, plan, pair, self._through, on_last_call, self._gate.share(self._priority)
+            prepared, plan, self._through, on_last_call, self._gate.share(self._priority)
         )
-        out: list[Translation | Rejected | None] = [None] * len(texts)
+        out: list[Translation | Rejected | None] = [None] * len(prepared)
         for outcome in outcomes:
             indices = outcome.sub_batch.indices
             stats.engine_batches.append(len(indices))
             metrics.record_engine_call(
-                pair.id, self._label, outcome.sub_batch.padding_ratio, outcome.engine_s
+                self._label, self._priority_label, outcome.sub_batch.padding_ratio, outcome.engine_s
             )
             results: list[Translation | Rejected]
             if outcome.translations is not None:
@@ -136,18 +165,14 @@ class EngineRunner:
             else:
                 assert outcome.error is not None
                 began = time.perf_counter()
-                results = await self._narrowing([prepared[i] for i in indices], pair, outcome.error)
+                results = await self._narrowing([prepared[i] for i in indices], outcome.error)
                 stats.engine_seconds += time.perf_counter() - began
             for i, result in zip(indices, results, strict=True):
                 out[i] = result
                 if isinstance(result, Translation):
                     stats.engine_input_tokens += result.input_tokens
                     stats.engine_output_tokens += result.output_tokens
-        stats.engine_texts += len(texts)
-        done = [o for o in out if o is not None]
-        if any(isinstance(o, Rejected) for o in done):
-            await self._check_canary(pair)
-        return done
+        return [o for o in out if o is not None]
 
     @property
     def translator(self) -> Translator:
@@ -179,13 +204,13 @@ class EngineRunner:
         return out
 
     async def _narrowing(
-        self, prepared: list[Any], pair: Pair, failure: Exception | None = None
+        self, prepared: list[Any], failure: Exception | None = None
     ) -> list[Translation | Rejected]:
         """Bisect a failing call (``failure``: its error, already raised) down to the texts."""
         exc = failure
         if exc is None:
             try:
-                return list(await self._lane.translate(prepared, pair, self._through))
+                return list(await self._lane.translate(prepared, self._through))
             except Exception as raised:
                 exc = raised
         if is_engine_fault(exc):
@@ -194,8 +219,8 @@ class EngineRunner:
             log.warning("translation failed for one text: %s", exc)
             return [Rejected(f"{type(exc).__name__}: {exc}")]
         mid = len(prepared) // 2
-        head = await self._narrowing(prepared[:mid], pair)
-        tail = await self._narrowing(prepared[mid:], pair)
+        head = await self._narrowing(prepared[:mid])
+        tail = await self._narrowing(prepared[mid:])
         return head + tail
 
     def observe(self, batch: Batch, lengths: Sequence[int]) -> None:
@@ -213,8 +238,8 @@ class EngineRunner:
 
     async def _check_canary(self, pair: Pair) -> None:
         try:
-            canary = await self._lane.prepare([CANARY_TEXT], pair)
-            await self._lane.translate(canary, pair, self._through)
+            canary = await self._lane.prepare([self._canary_text(pair.source)], [pair])
+            await self._lane.translate(canary, self._through)
         except Exception as exc:
             raise TransientError(
                 f"engine failed a known-good text too: {type(exc).__name__}: {exc}"
@@ -309,16 +334,18 @@ class Translate:
         self._in_flight = InFlightTexts(recent)
 
     async def __call__(self, batch: Batch) -> None:
-        if batch.pair is None:
-            return
         todo = [item for item in batch.unanswered() if item.request is not None]
         await self._in_flight.translate(todo, functools.partial(self._translate, batch))
 
     async def _translate(self, batch: Batch, todo: list[Item]) -> None:
-        assert batch.pair is not None
-        texts = [item.request.text for item in todo if item.request is not None]
+        requests = [item.request for item in todo if item.request is not None]
         outcomes = (
-            await self._runner.run(texts, batch.pair, batch.stats, batch.last_call_started)
+            await self._runner.run(
+                [r.text for r in requests],
+                [r.pair for r in requests],
+                batch.stats,
+                batch.last_call_started,
+            )
             if todo
             else []
         )

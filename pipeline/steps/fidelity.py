@@ -72,15 +72,14 @@ class TranslateFaithfully:
 
     async def __call__(self, batch: Batch) -> None:
         todo = [item for item in batch.unanswered() if item.request is not None]
-        if not todo or batch.pair is None:
+        if not todo:
             return
         await self._in_flight.translate(todo, functools.partial(self._translate, batch))
 
     async def _translate(self, batch: Batch, todo: list[Item]) -> None:
-        assert batch.pair is not None  # checked by __call__
         if not todo:
             return
-        calls = _BatchCalls(self._runner, batch.pair, batch.stats, batch.last_call_started)
+        calls = _BatchCalls(self._runner, batch.stats, batch.last_call_started)
         started: list[tuple[Item, Restoration]] = []
         for item in todo:
             assert item.request is not None
@@ -88,8 +87,12 @@ class TranslateFaithfully:
             if isinstance(prepared, Rejected):
                 item.error, item.reason = prepared.message, prepared.reason
                 continue
-            started.append((item, Restoration(prepared, calls)))
-        await drive([r for _, r in started], calls)
+            started.append((item, Restoration(prepared, calls.of(item.request.pair))))
+        await drive(
+            [r for _, r in started],
+            calls,
+            [item.request.pair for item, _ in started if item.request is not None],
+        )
         outcomes = [(item, restoration.outcome()) for item, restoration in started]
         self._runner.observe(
             batch, [o.input_tokens for _, o in outcomes if not isinstance(o, Failed)]
@@ -110,24 +113,12 @@ class TranslateFaithfully:
             )
 
 
-class _BatchCalls:
-    """The engine as one batch's restorations see it.
+class _PairView:
+    """The engine as one request's restoration sees it (its pair's vocabulary)."""
 
-    ``last_call_started`` is announced by a round without aligned calls (one
-    that needs another round, rarely, then queues behind the next batch's calls).
-    """
-
-    def __init__(
-        self,
-        runner: EngineRunner,
-        pair: Pair,
-        stats: BatchStats,
-        last_call_started: Callable[[], None],
-    ) -> None:
+    def __init__(self, runner: EngineRunner, pair: Pair) -> None:
         self._runner = runner
         self._pair = pair
-        self._stats = stats
-        self._last_call_started = last_call_started
 
     def can_align(self) -> bool:
         return hasattr(self._runner.translator, "translate_aligned")
@@ -138,16 +129,50 @@ class _BatchCalls:
             return translator.unknown_characters(text, self._pair)
         return frozenset()
 
-    async def translate(self, calls: Sequence[Call]) -> list[Translation | Refused]:
-        plain = [c.text for c in calls if not c.aligned]
-        aligned = [c.text for c in calls if c.aligned]
+
+class _BatchCalls:
+    """The engine as one batch's restorations see it: every round one engine run, the
+    texts of all pairs together.
+
+    ``last_call_started`` is announced by a round without aligned calls (one
+    that needs another round, rarely, then queues behind the next batch's calls).
+    """
+
+    def __init__(
+        self, runner: EngineRunner, stats: BatchStats, last_call_started: Callable[[], None]
+    ) -> None:
+        self._runner = runner
+        self._stats = stats
+        self._last_call_started = last_call_started
+
+    def of(self, pair: Pair) -> _PairView:
+        """What a restoration of ``pair`` asks beyond the calls."""
+        return _PairView(self._runner, pair)
+
+    async def translate(
+        self, calls: Sequence[Call], pairs: Sequence[Pair]
+    ) -> list[Translation | Refused]:
+        plain = [(c, p) for c, p in zip(calls, pairs, strict=True) if not c.aligned]
+        aligned = [(c, p) for c, p in zip(calls, pairs, strict=True) if c.aligned]
         announce = None if aligned else self._last_call_started
         plain_out = (
-            await self._runner.run(plain, self._pair, self._stats, announce) if plain else []
+            await self._runner.run(
+                [c.text for c, _ in plain], [p for _, p in plain], self._stats, announce
+            )
+            if plain
+            else []
         )
-        aligned_out = (
-            await self._runner.run_aligned(aligned, self._pair, self._stats) if aligned else []
-        )
+        aligned_out: list[Translation] = []
+        by_pair: dict[Pair, list[int]] = {}
+        for i, (_, pair) in enumerate(aligned):
+            by_pair.setdefault(pair, []).append(i)
+        done: dict[int, Translation] = {}
+        for pair, indices in by_pair.items():  # attention calls are rare: one per pair
+            got = await self._runner.run_aligned(
+                [aligned[i][0].text for i in indices], pair, self._stats
+            )
+            done.update(zip(indices, got, strict=True))
+        aligned_out = [done[i] for i in range(len(aligned))]
         plain_it, aligned_it = iter(plain_out), iter(aligned_out)
         out: list[Translation | Refused] = []
         for call in calls:

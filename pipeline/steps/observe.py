@@ -25,15 +25,19 @@ class Observe:
 
     in_canary: ClassVar[bool] = False  # a canary is not counted
 
-    def __init__(self, totals: StatsSink) -> None:
+    def __init__(self, totals: StatsSink, *, routing: bool = False) -> None:
+        """``routing``: the router's batch (its outgoing records are counted by kind)."""
         self._totals = totals
+        self._routing = routing
 
     async def __call__(self, batch: Batch) -> None:
-        if batch.pair is None:  # the router's batch: count outgoing records by kind
+        if self._routing:
             for out in batch.outgoing:
                 self._totals.routed(out.kind)
                 metrics.record_route(out.kind)
             return
         results = [item.result for item in batch.items if item.result is not None]
-        metrics.record_batch(batch.pair.id, batch.stats, results, time.perf_counter() - batch.began)
+        metrics.record_batch(
+            batch.model_id, batch.stats, results, time.perf_counter() - batch.began
+        )
         self._totals.record(batch.stats)

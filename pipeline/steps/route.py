@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from opentelemetry import trace
 
 from pipeline.codec import RecordRef
 from pipeline.routing import Router
-from pipeline.steps.base import Batch, Outgoing
+from pipeline.steps.base import Batch
 from pipeline.tracing import SPAN_ROUTE, inject_headers, start_consumer_span
 
 
@@ -45,8 +47,8 @@ class Route:
                 )
                 span.set_attribute("babelstream.route", outs[0].kind)
                 span.set_attribute("messaging.destination.name", outs[0].topic)
-                # The next hop continues the trace as a child of this route span.
+                # The next hop continues the trace as a child of this route span; an answer
+                # the router gives itself keeps its reply topic (the caller waits there)
                 batch.outgoing.extend(
-                    Outgoing(o.topic, o.key, o.value, inject_headers(o.headers, span), o.kind)
-                    for o in outs
+                    replace(o, headers=inject_headers(o.headers, span)) for o in outs
                 )

@@ -47,7 +47,6 @@ class OpenSpans:
                 "messaging.system": "kafka",
                 "messaging.source.name": topic,
                 "messaging.batch.message_count": len(batch.items),
-                "babelstream.pair": batch.pair.id if batch.pair else "",
                 "babelstream.model": batch.model_id,
                 "babelstream.compute_type": self._compute_type,
                 "babelstream.batch_size": len(items),
@@ -104,7 +103,7 @@ def abandon_spans(batch: Batch, reason: str) -> None:
 def _attributes(batch: Batch, item: Item, compute_type: str) -> dict[str, Any]:
     result = item.result
     attributes: dict[str, Any] = {
-        "babelstream.pair": batch.pair.id if batch.pair else "",
+        "babelstream.pair": item.request.pair.id if item.request else "",
         "babelstream.model": (result.model if result else None) or batch.model_id,
         "babelstream.compute_type": compute_type,
         "babelstream.batch_size": len(batch.items),

@@ -31,9 +31,9 @@ from pipeline.bulk.plan import BatchPlan
 from pipeline.bulk.segmenter import Segmentation
 from pipeline.bulk.state import JobState
 from pipeline.demo_model.sentences import SentenceGenerator
-from pipeline.local_worker import WorkerProcess
+from pipeline.local_worker import DEMO_MODEL, WorkerProcess
 from pipeline.messages import TranslationRequest, TranslationResult
-from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_topic
+from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_work_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from tests.integration.helpers import TopicTail, plan_corpus
 
@@ -240,7 +240,7 @@ def test_killed_run_resumes_without_translating_finished_segments(
     unfinished = {t.request_id: t.text for t in tasks if t.request_id not in done_first}
 
     results = TopicTail(settings.kafka.bootstrap_servers, RESULTS_TOPIC)
-    published = TopicTail(settings.kafka.bootstrap_servers, bulk_topic(PAIR))
+    published = TopicTail(settings.kafka.bootstrap_servers, bulk_work_topic(DEMO_MODEL))
     second = subprocess.run(
         command, env=bulk_env(state_dir), capture_output=True, text=True, timeout=300, check=False
     )

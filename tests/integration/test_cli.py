@@ -151,7 +151,7 @@ def test_status_shows_the_worker_and_what_is_not_running(
     member = group["info"]["members"][0]
     assert member["url"] == f"http://127.0.0.1:{worker.web_port}"
     assert member["assigned"]["translate.requests.en_en-XA"] == list(
-        range(settings.kafka.pair_partitions)
+        range(settings.kafka.work_partitions)
     )
     # the readiness page lands with the worker's rewrite; until then the worker says 404
     assert member["readiness"] in ("ready", "no readiness page (HTTP 404)")

@@ -26,15 +26,15 @@ import pytest
 
 from pipeline.client import RequestOptions, TranslationClient, build_requests, reliable_producer
 from pipeline.drill.reconcile import ResultTally
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
 from pipeline.messages import CancelRequest, DeadLetter, TranslationRequest, now_ms
 from pipeline.pairs import (
     CANCEL_TOPIC,
     DLQ_TOPIC,
     REQUESTS_TOPIC,
     Pair,
-    bulk_topic,
-    pair_topic,
+    bulk_work_topic,
+    work_topic,
 )
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from tests.contract_fuzz import describe_failure, documents, fuzz_seed, restamp
@@ -79,7 +79,7 @@ def _destination(request: dict[str, Any], rng: random.Random) -> tuple[str, byte
     roll = rng.random()
     if roll < 0.6 or pair not in SERVED:
         return REQUESTS_TOPIC, pair.id.encode()
-    topic = pair_topic(pair) if roll < 0.8 else bulk_topic(pair)
+    topic = work_topic(DEMO_MODEL) if roll < 0.8 else bulk_work_topic(DEMO_MODEL)
     return topic, request["request_id"].encode()
 
 

@@ -38,9 +38,9 @@ from pipeline.client import (
     build_requests,
 )
 from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_topic
+from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_work_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from tests.integration.helpers import TopicTail
 
@@ -285,7 +285,7 @@ def test_a_cancelled_bulk_job_stops_and_resumes_when_run_again(
         "--max-in-flight",
         "200",
     ]
-    published = TopicTail(settings.kafka, bulk_topic(DEMO_PAIR))
+    published = TopicTail(settings.kafka, bulk_work_topic(DEMO_MODEL))
     results = TopicTail(settings.kafka, RESULTS_TOPIC)
     run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

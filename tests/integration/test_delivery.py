@@ -20,9 +20,9 @@ import pytest
 
 from pipeline.drill.reconcile import ResultTally, committed_lag, reconcile, wait_committed
 from pipeline.drill.traffic import PacedTraffic
-from pipeline.local_worker import WorkerProcess
+from pipeline.local_worker import DEMO_MODEL, WorkerProcess
 from pipeline.messages import now_ms
-from pipeline.pairs import REQUESTS_TOPIC, Pair, pair_topic
+from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 
 pytestmark = pytest.mark.integration
@@ -75,7 +75,7 @@ def worker(settings: Settings, request: pytest.FixtureRequest) -> Iterator[Worke
 def test_restart_under_traffic_loses_nothing(
     settings: Settings, worker: WorkerProcess, sig: signal.Signals
 ) -> None:
-    input_topics = [REQUESTS_TOPIC, pair_topic(EN_XA)]
+    input_topics = [REQUESTS_TOPIC, work_topic(DEMO_MODEL)]
     traffic = PacedTraffic(settings.kafka, EN_XA, count=COUNT, rate=RATE, timeout_ms=600_000)
     with ResultTally(settings.kafka, traffic.marker) as tally:
         traffic.start()

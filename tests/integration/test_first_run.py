@@ -19,8 +19,8 @@ from jobs.sla import KafkaSink
 from pipeline.client import TranslationClient, build_requests
 from pipeline.drill.reconcile import wait_committed
 from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import WorkerProcess, free_port
-from pipeline.pairs import REQUESTS_TOPIC, Pair, pair_topic
+from pipeline.local_worker import DEMO_MODEL, WorkerProcess, free_port
+from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack import manager
 
@@ -90,7 +90,7 @@ def test_first_request_on_a_new_broker_is_ok(fresh: tuple[Settings, dict[str, st
         assert result is not None and result.status == "ok", result
         assert result.translation == "Ĥéļļö ŵöŕļð"
         # the first commits complete: nothing left uncommitted on the topics it read
-        topics = [REQUESTS_TOPIC, pair_topic(EN_XA)]
+        topics = [REQUESTS_TOPIC, work_topic(DEMO_MODEL)]
         lag = wait_committed(settings.kafka, "babelstream", topics, timeout_s=30)
         assert not any(lag.values()), f"commits stalled: {lag}"
     finally:

@@ -20,8 +20,7 @@ class _Translator:
         self.call_s = call_s
         self.calls: list[object] = []
 
-    def translate_prepared(self, batch: object, pair: Pair) -> list[object]:
-        assert pair == PAIR
+    def translate_prepared(self, batch: object) -> list[object]:
         self.calls.append(batch)
         self.clock.now += self.call_s
         return []
@@ -36,14 +35,14 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
 
 def test_warm_up_cycles_through_the_batches_until_its_seconds_are_spent(clock):
     translator = _Translator(clock, call_s=0.4)
-    engine.warm_up(translator, PAIR, ["a", "b", "c"], seconds=2.0)  # type: ignore[arg-type]
+    engine.warm_up(translator, ["a", "b", "c"], seconds=2.0)  # type: ignore[arg-type]
     # 5 calls of 0.4 s reach 2 s: the batches in turn, from the first again
     assert translator.calls == ["a", "b", "c", "a", "b"]
 
 
 def test_warm_up_makes_one_call_however_long_it_takes(clock):
     translator = _Translator(clock, call_s=10.0)
-    engine.warm_up(translator, PAIR, ["a", "b"], seconds=3.0)  # type: ignore[arg-type]
+    engine.warm_up(translator, ["a", "b"], seconds=3.0)  # type: ignore[arg-type]
     assert translator.calls == ["a"]
 
 

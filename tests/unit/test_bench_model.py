@@ -41,8 +41,8 @@ def test_build_convert_register_and_translate(tmp_path):
     translator = CTranslate2Translator([entry], device="cpu", compute_type="int8")
     pair = entry.pair
     texts = ["Hello world, 42 times!", "A much longer sentence with quite a few more words."]
-    prepared = translator.prepare(texts, pair)
-    out = translator.translate_prepared(prepared, pair)
+    prepared = translator.prepare(texts, [pair] * len(texts))
+    out = translator.translate_prepared(prepared)
     # random weights: nonsense, but each exactly as long as its own source,
     # as a real model's output ends at its own </s>
     lengths = [p.tokens for p in prepared]
@@ -51,7 +51,7 @@ def test_build_convert_register_and_translate(tmp_path):
     assert [t.input_tokens for t in out] == lengths
     # beam search takes no step callback: every sequence is as long as the longest
     beams = CTranslate2Translator([entry], device="cpu", compute_type="int8", beam_size=2)
-    assert [t.output_tokens for t in beams.translate_prepared(prepared, pair)] == [
+    assert [t.output_tokens for t in beams.translate_prepared(prepared)] == [
         lengths[1],
         lengths[1],
     ]

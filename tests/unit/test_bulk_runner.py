@@ -18,7 +18,7 @@ from pipeline.bulk.readers import CorpusReader
 from pipeline.bulk.runner import JobSpec, run_job
 from pipeline.bulk.state import JobState
 from pipeline.messages import CancelRequest, TranslationRequest, TranslationResult
-from pipeline.pairs import Pair, bulk_topic
+from pipeline.pairs import Pair, bulk_work_topic
 from pipeline.settings import BulkSettings, Settings, load_settings
 
 PAIR = Pair("en", "en-XA")
@@ -142,7 +142,7 @@ def test_flow_control_order_and_statuses(
 ) -> None:
     docs = corpus(tmp_path)
     report = run_job(settings, spec(tmp_path), docs, progress=False)
-    assert worker.topics == {bulk_topic(PAIR)}
+    assert worker.topics == {bulk_work_topic("fake-model")}
     assert worker.reply_topics == {FakeReplyTopic.name}
     assert worker.max_outstanding <= settings.bulk.max_in_flight
     assert report.submitted == report.segments_total == len(worker.published) == 26

@@ -19,9 +19,7 @@ PAIR = Pair("en", "en-XA")
 
 
 def batch_of(n: int) -> Batch:
-    batch = Batch.of(
-        [Record("t", 0, i, None, b"") for i in range(n)], pair=PAIR, model_id="m", worker="w"
-    )
+    batch = Batch.of([Record("t", 0, i, None, b"") for i in range(n)], model_id="m", worker="w")
     for i, item in enumerate(batch.items):
         item.request = TranslationRequest(
             request_id=f"r-{i}",
@@ -38,7 +36,7 @@ def test_cancel_waits_for_the_feed_then_gives_up_transiently() -> None:
 
     async def scenario() -> None:
         step = Cancel(registry, ready_wait_s=0.2)
-        with pytest.raises(TransientError, match="cancel topic"):
+        with pytest.raises(TransientError, match=r"translate\.cancel has not been read"):
             await step(batch_of(1))
         waiting = asyncio.create_task(Cancel(registry, ready_wait_s=5)(batch_of(1)))
         await asyncio.sleep(0.1)

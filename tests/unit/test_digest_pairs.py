@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.digest import content_digest
 from pipeline.errors import ContractError
-from pipeline.pairs import Pair, bulk_topic, pair_topic
+from pipeline.pairs import Pair, bulk_work_topic, legacy_pair_topics, work_topic
 
 BASE = dict(model_id="m", source_lang="en", target_lang="de", text="Hello world")
 
@@ -65,5 +65,9 @@ def test_bad_pair_ids(bad: str) -> None:
 
 
 def test_topic_names() -> None:
-    assert pair_topic(Pair("en", "en-XA")) == "translate.requests.en_en-XA"
-    assert bulk_topic("en_de") == "translate.bulk.en_de"
+    assert work_topic("opus-mt-en-de") == "translate.work.opus-mt-en-de"
+    assert bulk_work_topic("opus-mt-en-de") == "translate.work-bulk.opus-mt-en-de"
+    assert legacy_pair_topics(Pair("en", "en-XA")) == (
+        "translate.requests.en_en-XA",
+        "translate.bulk.en_en-XA",
+    )

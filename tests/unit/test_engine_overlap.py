@@ -17,6 +17,7 @@ from pipeline.engine.translator import PreparedText, Translation
 from pipeline.errors import EngineError
 from pipeline.pairs import Pair
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
+from pipeline.settings import WorkerSettings
 from pipeline.steps.base import BatchStats
 from pipeline.steps.engine import EngineRunner
 
@@ -36,22 +37,28 @@ class FakeTranslator:
         with self.lock:
             self.events.append((what, threading.current_thread().name))
 
-    def prepare(self, texts: Sequence[str], pair: Pair) -> list[PreparedText]:
+    def prepare(self, texts: Sequence[str], pairs: Sequence[Pair]) -> list[PreparedText]:
         self._log("prepare")
-        return [PreparedText((Piece("", t, ""),), (tuple(t.split()),)) for t in texts]
+        return [
+            PreparedText((Piece("", t, ""),), (tuple(t.split()),), p)
+            for t, p in zip(texts, pairs, strict=True)
+        ]
+
+    def call_key(self, pair: Pair) -> str:
+        return "one model"
 
     def encode(self, prepared: Sequence[PreparedText]) -> list[list[str]]:
         self._log(f"encode {prepared[0].sources[0][0]}")
         return [list(s) for p in prepared for s in p.sources]
 
-    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
+    def run(self, sources: list[list[str]]) -> list[list[str]]:
         self._log(f"run {sources[0][0]}")
         if self.fail_on and any(self.fail_on in s for s in sources):
             raise EngineError("poison")
         return [[w.upper() for w in s] for s in sources]
 
     def assemble(
-        self, prepared: Sequence[PreparedText], outputs: Sequence[list[str]], pair: Pair
+        self, prepared: Sequence[PreparedText], outputs: Sequence[list[str]]
     ) -> list[Translation]:
         self._log(f"assemble {outputs[0][0].lower()}")
         return [
@@ -68,9 +75,9 @@ CHEAP_CALLS = TokenBudgetBatcher(1000, cost=CostModel(0.001, 0.0, 0.001))
 def _run(lane: EngineLane, texts: list[str], **kwargs):
     async def go():
         loop_thread = threading.current_thread().name
-        prepared = await lane.prepare(texts, PAIR)
+        prepared = await lane.prepare(texts, [PAIR] * len(texts))
         plan = await lane.plan(prepared, CHEAP_CALLS)
-        return loop_thread, plan, await lane.run_plan(prepared, plan, PAIR, **kwargs)
+        return loop_thread, plan, await lane.run_plan(prepared, plan, **kwargs)
 
     return asyncio.run(go())
 
@@ -102,11 +109,11 @@ def test_next_sub_batch_is_encoded_before_the_model_finishes():
     release = threading.Event()
     original_run = fake.run
 
-    def slow_run(sources, pair):
+    def slow_run(sources):
         # the first call waits until the second sub-batch has been encoded
         if not release.is_set():
             assert release.wait(5), "read-ahead did not encode the next sub-batch"
-        return original_run(sources, pair)
+        return original_run(sources)
 
     original_encode = fake.encode
 
@@ -191,10 +198,10 @@ def test_translators_with_translate_batch_only_run_whole_texts():
 def test_translate_one_call_raises_the_engine_error():
     async def go():
         lane = EngineLane(FakeTranslator(fail_on="x"))
-        ok = await lane.translate(await lane.prepare(["p q"], PAIR), PAIR)
+        ok = await lane.translate(await lane.prepare(["p q"], [PAIR]))
         assert [t.text for t in ok] == ["P Q"]
         with pytest.raises(EngineError):
-            await lane.translate(await lane.prepare(["x y"], PAIR), PAIR)
+            await lane.translate(await lane.prepare(["x y"], [PAIR]))
 
     asyncio.run(go())
 
@@ -206,9 +213,9 @@ class _Meeting(FakeTranslator):
         super().__init__()
         self.meeting = threading.Barrier(expected, timeout=timeout_s)
 
-    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
+    def run(self, sources: list[list[str]]) -> list[list[str]]:
         self.meeting.wait()  # broken (an error) if the calls ran one at a time
-        return super().run(sources, pair)
+        return super().run(sources)
 
 
 def test_with_width_two_two_calls_compute_at_once_and_outcomes_keep_the_plan_order():
@@ -240,22 +247,29 @@ class _Overlaps(FakeTranslator):
     def cost_model(self, pair: Pair) -> CostModel:
         return CHEAP_CALLS.cost
 
-    def run(self, sources: list[list[str]], pair: Pair) -> list[list[str]]:
+    def run(self, sources: list[list[str]]) -> list[list[str]]:
         with self.lock:
             self.running += 1
             self.peak = max(self.peak, self.running)
         time.sleep(0.2)
         with self.lock:
             self.running -= 1
-        return super().run(sources, pair)
+        return super().run(sources)
 
 
 @pytest.mark.parametrize(("priority", "at_once"), [(INTERACTIVE, 2), (BULK, 1)])
 def test_a_runner_runs_as_many_calls_at_once_as_the_gate_gives_its_priority(priority, at_once):
     fake = _Overlaps()
-    runner = EngineRunner(fake, CHEAP_CALLS, PriorityGate(2), priority)  # type: ignore[arg-type]
+    runner = EngineRunner(
+        fake,  # type: ignore[arg-type]
+        CHEAP_CALLS,
+        PriorityGate(2),
+        priority,
+        canary_text=WorkerSettings().canary_for,
+        label="fake",
+    )
     stats = BatchStats()
-    out = asyncio.run(runner.run(TEXTS, PAIR, stats))
+    out = asyncio.run(runner.run(TEXTS, [PAIR] * len(TEXTS), stats))
     assert [t.text for t in out] == [t.upper() for t in TEXTS]
     assert len(stats.engine_batches) == 2
     assert fake.peak == at_once

@@ -50,10 +50,16 @@ def test_acceptance_sentence_both_ways(translator):
     assert back.text == HELLO
 
 
-def test_pairs_share_one_model(translator):
-    loaded = translator._pairs
-    assert loaded["en_en-XA"].model is loaded["en-XA_en"].model
+def test_pairs_share_one_model_and_its_calls(translator):
+    assert translator.call_key(EN_XA) == translator.call_key(XA_EN)
     assert translator.model_id == "babelstream-demo-enxa"
+    assert translator.loaded_models() == ["babelstream-demo-enxa"]
+    # texts of both directions in one engine call, each with its own target prefix
+    prepared = translator.prepare([HELLO, HELLO_XA], [EN_XA, XA_EN])
+    call = translator.encode(prepared)
+    assert len(call.sources) == 2 and call.prefixes == [[">>en-XA<<"], [">>en<<"]]
+    fwd, back = translator.assemble(prepared, translator.run(call))
+    assert (fwd.text, back.text) == (HELLO_XA, HELLO)
 
 
 def test_empty_text_gives_empty_translation_without_the_model(translator, monkeypatch):
@@ -130,7 +136,7 @@ def test_compute_type_resolution():
 def test_explicit_compute_type_and_beam(tmp_path):
     entries = Registry.load(load_settings().engine.registry).entries(["en_en-XA"])
     t = CTranslate2Translator(entries, device="cpu", compute_type="float32", beam_size=4)
-    assert t.compute_types == {"en_en-XA": "float32"}
+    assert t.compute_type(EN_XA) == "float32"
     assert t.translate_batch([HELLO], EN_XA)[0].text == HELLO_XA
     with pytest.raises(ConfigError, match="unknown device"):
         CTranslate2Translator(entries, device="tpu")

@@ -22,6 +22,7 @@ from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.fidelity.restore import Restored
 from pipeline.pairs import Pair
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
+from pipeline.settings import WorkerSettings
 from pipeline.steps.base import BatchStats
 from pipeline.steps.engine import EngineRunner
 
@@ -286,21 +287,24 @@ def test_two_replicas_translate_interactive_and_bulk_at_once_as_one_does(
         demo_entries(DEMO_DIR), device="cpu", inter_threads=2, intra_threads=1
     )
     gate = PriorityGate(2)
-    interactive = EngineRunner(replicas, TokenBudgetBatcher(64), gate, INTERACTIVE)
-    bulk = EngineRunner(replicas, TokenBudgetBatcher(64), gate, BULK)
+    canary = WorkerSettings().canary_for
+    interactive = EngineRunner(
+        replicas, TokenBudgetBatcher(64), gate, INTERACTIVE, canary_text=canary
+    )
+    bulk = EngineRunner(replicas, TokenBudgetBatcher(64), gate, BULK, canary_text=canary)
     words = ["the", "train", "leaves", "from", "platform", "nine", "at", "noon", "every", "day"]
     texts = [" ".join(words[i % 7 : i % 7 + 3 + i % 4]) for i in range(48)]
 
     async def both() -> tuple[list[object], list[object]]:
         return await asyncio.gather(
-            interactive.run(texts[:24], EN_XA, BatchStats()),
-            bulk.run(texts[24:], EN_XA, BatchStats()),
+            interactive.run(texts[:24], [EN_XA] * 24, BatchStats()),
+            bulk.run(texts[24:], [EN_XA] * 24, BatchStats()),
         )
 
     first, second = asyncio.run(both())
     alone = asyncio.run(
-        EngineRunner(translator, TokenBudgetBatcher(64), PriorityGate()).run(
-            texts, EN_XA, BatchStats()
+        EngineRunner(translator, TokenBudgetBatcher(64), PriorityGate(), canary_text=canary).run(
+            texts, [EN_XA] * len(texts), BatchStats()
         )
     )
     assert [t.text for t in first + second] == [t.text for t in alone]  # type: ignore[union-attr]

@@ -178,7 +178,7 @@ def test_a_call_the_engine_refuses_fails_only_its_request():
         def unknown_characters(self, text):
             return frozenset()
 
-        async def translate(self, calls):
+        async def translate(self, calls, pairs):
             return [
                 Refused("boom")
                 if "poison" in c.text
@@ -189,7 +189,7 @@ def test_a_call_the_engine_refuses_fails_only_its_request():
     engine = Picky()
     good = Restoration(prepare("fine text", "text", FidelityConfig()), engine)
     bad = Restoration(prepare("<p>a <b>poison</b> pill</p>", "html", FidelityConfig()), engine)
-    asyncio.run(drive([good, bad], engine))
+    asyncio.run(drive([good, bad], engine, [EN_XA, EN_XA]))
     assert isinstance(good.outcome(), Restored) and good.outcome().text == "ƒîñé ţéẋţ"
     outcome = bad.outcome()
     assert isinstance(outcome, Failed) and (outcome.reason, outcome.message) == (

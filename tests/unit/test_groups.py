@@ -21,12 +21,12 @@ FAUST_MEMBER = {
         "assigned_partitions": [
             {"partitions": [0], "topic": "babelstream-__assignor-__leader"},
             {"partitions": [0, 1, 2, 3], "topic": "babelstream-dedup-en_en-XA-changelog"},
-            {"partitions": [1, 0], "topic": "translate.requests.en_en-XA"},
-            {"partitions": [0, 1, 2, 3], "topic": "translate.bulk.en_en-XA"},
+            {"partitions": [1, 0], "topic": "translate.work.demo"},
+            {"partitions": [0, 1, 2, 3], "topic": "translate.work-bulk.demo"},
             {"partitions": [0, 1, 2, 3, 4, 5], "topic": "translate.requests"},
         ]
     },
-    "member_metadata": "\x00\x04\x00\x00\x00\x08\x00\x1btranslate.requests.en_en-XA\x00\x00\x00"
+    "member_metadata": "\x00\x04\x00\x00\x00\x08\x00\x13translate.work.demo\x00\x00\x00"
     '\x98{"assignment":{"actives":{},"standbys":{}},'
     '"url":"http://127.0.0.1:6066","changelog_distribution":{}}',
 }
@@ -38,9 +38,9 @@ def test_a_faust_member_with_its_url_and_project_partitions() -> None:
         "faust-0.15.3",
         "127.0.0.1",
         {
-            "translate.bulk.en_en-XA": [0, 1, 2, 3],
+            "translate.work-bulk.demo": [0, 1, 2, 3],
             "translate.requests": [0, 1, 2, 3, 4, 5],
-            "translate.requests.en_en-XA": [0, 1],
+            "translate.work.demo": [0, 1],
         },
         "http://127.0.0.1:6066",
     )
@@ -54,12 +54,12 @@ def test_a_plain_consumer_has_no_url() -> None:
     assert _member(decoded).url is None
 
 
-def test_pairs_and_serving() -> None:
+def test_models_and_serving() -> None:
     worker = Group("babelstream", "Stable", [_member(FAUST_MEMBER)])
     naive = Group("bench-naive", "Stable", [Member("c", "h", {"bench.naive": [0]})])
-    assert worker.pairs == ["en_en-XA"]
-    assert serving([worker, naive], "translate.requests.en_en-XA") == [worker]
-    assert serving([worker, naive], "translate.requests.de_en") == []
+    assert worker.models == ["demo"]
+    assert serving([worker, naive], "translate.work.demo") == [worker]
+    assert serving([worker, naive], "translate.work.other") == []
 
 
 class _Ready(BaseHTTPRequestHandler):
@@ -99,14 +99,12 @@ def test_readiness_in_words(web: str) -> None:
 
 def test_worker_status_line(web: str) -> None:
     _Ready.answers = {"/babelstream/ready": (200, {"ready": True})}
-    member = Member("faust", "127.0.0.1", {"translate.requests.en_en-XA": [0, 1, 2, 5]}, web)
+    member = Member("faust", "127.0.0.1", {"translate.work.demo": [0, 1, 2, 5]}, web)
     plain = Member("kafka-python", "10.0.0.2", {"translate.requests": [0]})
-    group = Group("babelstream", "Stable", [member, plain], {"translate.requests.en_en-XA": 7})
+    group = Group("babelstream", "Stable", [member, plain], {"translate.work.demo": 7})
     status = worker_status(group, 1.0)
     summary, *members = status.detail.splitlines()
-    assert summary == ("group babelstream (Stable): members 2, ready 1, pairs en_en-XA, lag 7")
-    assert members[0].strip() == (
-        f"member faust at {web}: ready; translate.requests.en_en-XA 0-2,5"
-    )
+    assert summary == ("group babelstream (Stable): members 2, ready 1, models demo, lag 7")
+    assert members[0].strip() == (f"member faust at {web}: ready; translate.work.demo 0-2,5")
     assert "not a Faust worker" in members[1]
     assert status.info["total_lag"] == 7 and status.running

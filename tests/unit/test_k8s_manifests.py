@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from pipeline.pairs import Pair, pair_topic
+from pipeline.pairs import work_topic
 from pipeline.settings import PROJECT_ROOT, Settings
-from pipeline.stack.topics import topic_specs
+from pipeline.stack.topics import registry_models, topic_specs
 from tests.unit.settings_keys import PREFIX, assert_setting_key
 
 K8S = PROJECT_ROOT / "deploy" / "k8s"
@@ -216,17 +216,17 @@ def check_cluster(
     (scaled,) = [d for k, d in by_key.items() if k[0] == "ScaledObject"]
     target = scaled["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) in by_key
-    assert scaled["spec"]["maxReplicaCount"] == settings.kafka.pair_partitions
-    pair_topics = {pair_topic(Pair.parse(p)) for p in settings.stack.pairs}
+    assert scaled["spec"]["maxReplicaCount"] == settings.kafka.work_partitions
+    model_topics = {work_topic(m) for m in registry_models(settings)}
     triggers = scaled["spec"]["triggers"]
-    assert {t["metadata"]["topic"] for t in triggers} == pair_topics
+    assert {t["metadata"]["topic"] for t in triggers} == model_topics
     for trigger in triggers:
         meta = trigger["metadata"]
         assert trigger["type"] == "kafka"
         assert meta["bootstrapServers"] == settings.kafka.bootstrap_servers
         assert meta["consumerGroup"] == APP_ID
         assert 0 < int(meta["activationLagThreshold"]) < int(meta["lagThreshold"])
-        assert specs[meta["topic"]].partitions == settings.kafka.pair_partitions
+        assert specs[meta["topic"]].partitions == settings.kafka.work_partitions
         auth = by_key[("TriggerAuthentication", trigger["authenticationRef"]["name"])]
         for ref in auth["spec"]["secretTargetRef"]:
             assert ref["name"] in secrets, ref

@@ -117,12 +117,12 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
         text,
         re.M,
     )
-    assert re.search(r'^babelstream_batch_retries_total\{pair="en_de"\} 2\.0$', text, re.M)
-    assert re.search(r'^babelstream_engine_tokens_per_second\{pair="en_de"\} 40\.0$', text, re.M)
+    assert re.search(r'^babelstream_batch_retries_total\{model="en_de"\} 2\.0$', text, re.M)
+    assert re.search(r'^babelstream_engine_tokens_per_second\{model="en_de"\} 40\.0$', text, re.M)
     assert re.search(r"^babelstream_cache_errors_total 1\.0$", text, re.M)
-    assert 'babelstream_engine_padding_ratio_count{pair="en_de"} 1.0' in text
+    assert 'babelstream_engine_padding_ratio_count{model="en_de"} 1.0' in text
     assert re.search(
-        r'^babelstream_batching_knob\{knob="max_messages",pair="en_de"\} '
+        r'^babelstream_batching_knob\{knob="max_messages",model="en_de"\} '
         rf"{controller.knobs.max_messages}\.0$",
         text,
         re.M,

@@ -8,11 +8,19 @@ import pytest
 
 from pipeline.codec import RecordRef
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.pairs import Pair
 from pipeline.routing import Outgoing, Router
 from pipeline.settings import LimitSettings
 
 REF = RecordRef("translate.requests", 0, 1)
-ROUTER = Router({"en_en-XA": "demo-v1"}, LimitSettings(default_timeout_ms=1234))
+SERVED = {"en_en-XA": "demo-v1", "en-XA_en": "demo-v1", "en_de": "opus-mt-en-de"}
+
+
+def model_of(pair: Pair) -> str | None:
+    return SERVED.get(pair.id)
+
+
+ROUTER = Router(model_of, LimitSettings(default_timeout_ms=1234), hint=" (add a model)")
 
 
 def request(**changes: object) -> bytes:
@@ -34,9 +42,9 @@ def route_one(
     return out
 
 
-def test_valid_request_goes_to_pair_topic_keyed_by_digest() -> None:
+def test_valid_request_goes_to_its_models_work_topic_keyed_by_digest() -> None:
     out = route_one(b"en_en-XA", request(), [("traceparent", b"00-x")])
-    assert (out.kind, out.topic) == ("routed", "translate.requests.en_en-XA")
+    assert (out.kind, out.topic) == ("routed", "translate.work.demo-v1")
     assert out.key is not None and len(out.key) == 32
     assert out.headers == [("traceparent", b"00-x")]
     forwarded = TranslationRequest.from_json(out.value)
@@ -48,23 +56,27 @@ def test_same_text_same_key_other_tenant_other_key() -> None:
     b = route_one(None, request(request_id="b"))
     c = route_one(None, request(request_id="c", tenant="acme"))
     assert a.key == b.key != c.key
+    # both directions of one model meet on its topic; another model's pair does not
+    back = route_one(None, request(source_lang="en-XA", target_lang="en"))
+    other = route_one(None, request(target_lang="de"))
+    assert back.topic == a.topic != other.topic == "translate.work.opus-mt-en-de"
 
 
-def test_bulk_request_goes_to_bulk_topic() -> None:
+def test_bulk_request_goes_to_its_models_bulk_topic() -> None:
     out = route_one(None, request(job_id="j", doc_id="d", segment_index=3))
-    assert out.topic == "translate.bulk.en_en-XA"
+    assert out.topic == "translate.work-bulk.demo-v1"
 
 
 def test_unsupported_pair_gets_error_result() -> None:
-    out = route_one(None, request(target_lang="de", request_id="x"))
+    out = route_one(None, request(target_lang="fr", request_id="x"))
     assert (out.kind, out.topic, out.key) == ("unsupported", "translate.results", b"x")
     result = TranslationResult.from_json(out.value)
     assert (result.status, result.reason) == ("error", "unsupported_pair")
-    assert "en_de" in (result.error or "")
+    assert result.error == "no model serves pair en_fr (add a model)"
 
 
 def test_error_results_go_to_the_shared_topic_and_carry_their_reply_topic() -> None:
-    out = route_one(None, request(target_lang="de", reply_to="my.replies"))
+    out = route_one(None, request(target_lang="fr", reply_to="my.replies"))
     assert (out.topic, out.reply_to) == ("translate.results", "my.replies")
 
 

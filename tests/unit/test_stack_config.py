@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ContractError
-from pipeline.settings import KafkaSettings, LimitSettings, Settings, StackSettings
+from pipeline.settings import (
+    EngineSettings,
+    KafkaSettings,
+    LimitSettings,
+    Settings,
+    StackSettings,
+)
 from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
 from pipeline.stack.layout import node_ports
@@ -65,10 +70,17 @@ def test_redis_conf_foreground_loopback_with_marker(tmp_path: Path) -> None:
     )
 
 
-def test_topic_specs_cover_the_design() -> None:
+def test_topic_specs_cover_the_design(tmp_path: Path) -> None:
+    registry = tmp_path / "registry.toml"
+    registry.write_text(
+        "".join(
+            f'[[pair]]\nid = "{pair}"\nmodel = "{model}"\ntokenizer = "spm.model"\n'
+            for pair, model in (("en_de", "opus-mt-en-de"), ("en_fr", "m2m"), ("de_fr", "m2m"))
+        )
+    )
     settings = Settings(
-        kafka=KafkaSettings(ingress_partitions=6, pair_partitions=3),
-        stack=StackSettings(pairs=("en_de", "en_en-XA")),
+        kafka=KafkaSettings(ingress_partitions=6, work_partitions=3),
+        engine=EngineSettings(registry=registry),
     )
     specs = {name: spec.partitions for name, spec in topic_specs(settings).items()}
     assert specs == {
@@ -78,10 +90,11 @@ def test_topic_specs_cover_the_design() -> None:
         "translate.sla": settings.kafka.sla_partitions,
         "translate.sla.late": settings.kafka.sla_late_partitions,
         "translate.ticks": settings.kafka.ticks_partitions,
-        "translate.requests.en_de": 3,
-        "translate.bulk.en_de": 3,
-        "translate.requests.en_en-XA": 3,
-        "translate.bulk.en_en-XA": 3,
+        # work topics per model, not per pair
+        "translate.work.opus-mt-en-de": 3,
+        "translate.work-bulk.opus-mt-en-de": 3,
+        "translate.work.m2m": 3,
+        "translate.work-bulk.m2m": 3,
         "translate.cancel": settings.kafka.cancel_partitions,
         "translate.dlq.replayed": settings.kafka.replay_marker_partitions,
         "translate.quarantine": settings.kafka.quarantine_partitions,
@@ -101,11 +114,6 @@ def test_control_topics_are_compacted_and_cancels_expire_with_the_longest_deadli
 def test_ticks_topic_keeps_heartbeats_briefly() -> None:
     settings = Settings(kafka=KafkaSettings(ticks_retention_ms=120_000))
     assert topic_specs(settings)["translate.ticks"].config == {"retention.ms": "120000"}
-
-
-def test_topic_specs_reject_bad_pair() -> None:
-    with pytest.raises(ContractError):
-        topic_specs(Settings(stack=StackSettings(pairs=("en-de",))))
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pipeline.engine.translator import Translation
 from pipeline.fidelity.prepare import FidelityConfig
 from pipeline.fidelity.service import FidelityService
 from pipeline.messages import TranslationRequest, now_ms
-from pipeline.pairs import Pair, pair_topic
+from pipeline.pairs import Pair, work_topic
 from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import WorkerSettings, load_settings
 from pipeline.steps.base import Batch, BatchStats, Item, Record
@@ -24,6 +24,12 @@ from pipeline.steps.fidelity import TranslateFaithfully
 from workers.stats import WorkerStats
 
 PAIR = Pair("en", "de")
+MODEL = "fake"
+CANARY = WorkerSettings().canary_for
+
+
+def SERVES(pair: Pair) -> bool:
+    return pair == PAIR
 
 
 class CostedTranslator:
@@ -51,7 +57,7 @@ SHORT, LONG = "a b", " ".join(["w"] * 40)
 
 def _run(runner: EngineRunner, texts: list[str]) -> BatchStats:
     stats = BatchStats()
-    out = asyncio.run(runner.run(texts, PAIR, stats))
+    out = asyncio.run(runner.run(texts, [PAIR] * len(texts), stats))
     assert [t.text for t in out] == texts  # type: ignore[union-attr]
     return stats
 
@@ -61,7 +67,7 @@ def test_padding_is_counted_in_tokens_across_micro_batches():
     # two equal texts. Padding is pad tokens over padded tokens, as the engine
     # ceiling counts it, not an average of the micro-batches' ratios.
     dear_calls = CostedTranslator(CostModel(per_call_s=10.0, per_step_s=0.0, per_token_s=0.01))
-    runner = EngineRunner(dear_calls, TokenBudgetBatcher(4096), PriorityGate())
+    runner = EngineRunner(dear_calls, TokenBudgetBatcher(4096), PriorityGate(), canary_text=CANARY)
     mixed, even = _run(runner, [SHORT, LONG]), _run(runner, [SHORT, SHORT])
     assert (mixed.padded_tokens, mixed.pad_tokens) == (80, 38)
     assert (even.padded_tokens, even.pad_tokens) == (4, 0)
@@ -76,7 +82,7 @@ def test_padding_is_counted_in_tokens_across_micro_batches():
 def test_calls_are_cut_by_the_translators_measured_costs():
     cheap_calls = CostedTranslator(CostModel(per_call_s=0.001, per_step_s=0.0, per_token_s=0.01))
     stats = _run(
-        EngineRunner(cheap_calls, TokenBudgetBatcher(4096), PriorityGate()),
+        EngineRunner(cheap_calls, TokenBudgetBatcher(4096), PriorityGate(), canary_text=CANARY),
         [SHORT, LONG, SHORT, SHORT],
     )
     assert sorted(len(c) for c in cheap_calls.calls) == [1, 3]  # the long text alone
@@ -86,7 +92,7 @@ def test_calls_are_cut_by_the_translators_measured_costs():
 
     dear_calls = CostedTranslator(CostModel(per_call_s=10.0, per_step_s=0.0, per_token_s=0.01))
     _run(
-        EngineRunner(dear_calls, TokenBudgetBatcher(4096), PriorityGate()),
+        EngineRunner(dear_calls, TokenBudgetBatcher(4096), PriorityGate(), canary_text=CANARY),
         [SHORT, LONG, SHORT, SHORT],
     )
     assert [len(c) for c in dear_calls.calls] == [4]  # padding is cheaper than a call
@@ -98,8 +104,15 @@ def test_bulk_calls_stay_within_their_time_bound():
         update={"batching": settings.batching.model_copy(update={"bulk_max_call_s": 0.05})}
     )
     translator = CostedTranslator(CostModel(per_call_s=0.005, per_step_s=0.0, per_token_s=0.001))
-    shaper = BatchShaper(settings, PAIR, translator.cost, bulk=True)
-    runner = EngineRunner(translator, TokenBudgetBatcher(4096), PriorityGate(), BULK, shaper=shaper)
+    shaper = BatchShaper(settings, "fake", SERVES, translator.cost, bulk=True)
+    runner = EngineRunner(
+        translator,
+        TokenBudgetBatcher(4096),
+        PriorityGate(),
+        BULK,
+        canary_text=CANARY,
+        shaper=shaper,
+    )
     _run(runner, [" ".join(["w"] * 10)] * 12)
     # 10 tokens each: 5 ms + 10 ms per text; 4 texts = 45 ms, a fifth would pass 50 ms
     assert [len(c) for c in translator.calls] == [4, 4, 4]
@@ -131,9 +144,14 @@ def test_engine_step_feeds_the_adaptive_controller(
         }
     )
     translator = CostedTranslator(CostModel(per_call_s=0.005, per_step_s=0.0, per_token_s=0.001))
-    shaper = BatchShaper(settings, PAIR, translator.cost, bulk=False)
+    shaper = BatchShaper(settings, "fake", SERVES, translator.cost, bulk=False)
     runner = EngineRunner(
-        translator, TokenBudgetBatcher(4096), PriorityGate(), INTERACTIVE, shaper=shaper
+        translator,
+        TokenBudgetBatcher(4096),
+        PriorityGate(),
+        INTERACTIVE,
+        canary_text=CANARY,
+        shaper=shaper,
     )
     submitted = now_ms() - 2000  # waited two seconds before the batch began
     items = []
@@ -145,9 +163,9 @@ def test_engine_step_feeds_the_adaptive_controller(
             text=text,
             submitted_at=submitted,
         )
-        record = Record(pair_topic(PAIR), 0, i, b"k", request.to_json())
+        record = Record(work_topic(MODEL), 0, i, b"k", request.to_json())
         items.append(Item(record, request=request, digest=f"d{i}"))
-    batch = Batch(items, PAIR, "fake", "test")
+    batch = Batch(items, "fake", "test")
     asyncio.run(make_step(runner)(batch))
     assert [item.translation.text for item in items] == [SHORT, LONG]  # type: ignore[union-attr]
     assert shaper.controller is not None
@@ -162,17 +180,37 @@ def test_engine_step_announces_its_last_call_before_computing_it(
 ):
     # a cost model that cuts the short and the long text into two calls
     translator = CostedTranslator(CostModel(per_call_s=0.0, per_step_s=0.0, per_token_s=0.001))
-    runner = EngineRunner(translator, TokenBudgetBatcher(4096), PriorityGate(), INTERACTIVE)
+    runner = EngineRunner(
+        translator, TokenBudgetBatcher(4096), PriorityGate(), INTERACTIVE, canary_text=CANARY
+    )
     items = []
     for i, text in enumerate([SHORT, LONG]):
         request = TranslationRequest(
             request_id=f"r{i}", source_lang="en", target_lang="de", text=text, submitted_at=now_ms()
         )
-        record = Record(pair_topic(PAIR), 0, i, b"k", request.to_json())
+        record = Record(work_topic(MODEL), 0, i, b"k", request.to_json())
         items.append(Item(record, request=request, digest=f"d{i}"))
     calls_at_announcement: list[int] = []
-    batch = Batch(items, PAIR, "fake", "test")
+    batch = Batch(items, "fake", "test")
     batch.last_call_started = lambda: calls_at_announcement.append(len(translator.calls))
     asyncio.run(make_step(runner)(batch))
     assert len(translator.calls) == 2
     assert calls_at_announcement == [1]  # once: after the first call, before the last
+
+
+def test_texts_of_every_pair_of_a_model_share_its_calls():
+    """Batch by model: one planned call holds texts of three pairs, length-sorted together."""
+    translator = CostedTranslator(CostModel(per_call_s=0.05, per_step_s=0.0, per_token_s=1e-5))
+    runner = EngineRunner(translator, TokenBudgetBatcher(4096), PriorityGate(), canary_text=CANARY)
+    pairs = [Pair("en", "de"), Pair("en", "fr"), Pair("de", "en"), Pair("en", "fr")]
+    texts = ["one two", "three", "four five six", "seven"]
+    stats = BatchStats()
+    out = asyncio.run(runner.run(texts, pairs, stats))
+    assert [t.text for t in out] == texts  # type: ignore[union-attr]
+    assert stats.engine_batches == [4], "one engine call for the four texts"
+    # the call asked each pair's translation of its texts (a fake translates per pair)
+    assert sorted(map(tuple, translator.calls)) == [
+        ("four five six",),
+        ("one two",),
+        ("three", "seven"),
+    ]

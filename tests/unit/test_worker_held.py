@@ -7,9 +7,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from pipeline.offsets import Ticket, TopicPartition
+from pipeline.pairs import Pair
 from workers.control import held_of
 
-TICKET = Ticket(TopicPartition("translate.requests.en_de", 0), 7, 1)
+TICKET = Ticket(TopicPartition("translate.work.opus-mt-en-de", 0), 7, 1)
 
 
 def event(value: bytes) -> Any:
@@ -17,14 +18,17 @@ def event(value: bytes) -> Any:
 
 
 def test_a_request_is_held_with_its_tenant_chars_and_token_length() -> None:
-    raw = json.dumps({"tenant": "acme", "text": "Hello there world"}).encode()
-    held = held_of(event(raw), TICKET, lambda text: len(text.split()) + 1)
+    document = {"tenant": "acme", "text": "Hello there world", "source_lang": "en"}
+    raw = json.dumps({**document, "target_lang": "de"}).encode()
+    # the length is the model's tokens of the request's own pair
+    tokens = {Pair("en", "de"): lambda text: len(text.split()) + 1}
+    held = held_of(event(raw), TICKET, lambda text, pair: tokens[pair](text))
     assert (held.tenant, held.chars, held.length) == ("acme", 17, 4)
     assert held_of(event(raw), TICKET).length == 17, "no tokenizer: length in characters"
 
 
 def test_unreadable_requests_and_tokenizer_failures_still_get_held() -> None:
-    def broken(_text: str) -> int:
+    def broken(_text: str, _pair: Pair) -> int:
         raise RuntimeError("tokenizer failed")
 
     garbage = held_of(event(b"\xff not json"), TICKET, broken)
