@@ -10,9 +10,9 @@ from typing import Any
 # mkdocs loads this file by path; the project root makes ``docsgen`` and ``pipeline`` importable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mkdocs.structure.files import File, Files  # noqa: E402
+from mkdocs.structure.files import File, Files
 
-from docsgen.reference import PAGES  # noqa: E402
+from docsgen.reference import PAGES
 
 # kafka-python's protocol tables use importlib.resources' legacy API (as in pytest's filters)
 for _legacy in ("read_text", "open_text"):

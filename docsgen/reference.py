@@ -287,9 +287,10 @@ def _describe(field_name: str, field: FieldInfo, comments: dict[str, str]) -> st
     elif get_origin(annotation) is dict:
         values = get_args(annotation)[1]
         if isinstance(values, type) and issubclass(values, BaseModel):
-            parts.append("values: JSON objects with " + ", ".join(
-                f"`{name}`" for name in values.model_fields
-            ))
+            parts.append(
+                "values: JSON objects with "
+                + ", ".join(f"`{name}`" for name in values.model_fields)
+            )
     return " ".join(parts) or "—"
 
 

@@ -19,6 +19,8 @@ DOCS = PROJECT_ROOT / "docs"
 HISTORICAL = {DOCS / "performance" / "history.md", DOCS / "changelog.md"}
 
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+# blocks marked as shell; unmarked blocks show output
+_SHELL_FENCE = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.M | re.S)
 _INLINE = re.compile(r"`([^`]*babelstream [^`]*)`")
 _PROGRAM = re.compile(r"^(?:\S*/)?babelstream$")
 _HEREDOC = re.compile(r"<<-?\s*'?(\w+)'?\s*$")
@@ -48,12 +50,11 @@ class ShellCommand:
 
 
 def shell_commands(page: Path) -> list[ShellCommand]:
-    """Every command of the page's shell code blocks, in order: one per line, a line
-    continued with ``\\`` joined, a heredoc kept with its command. Comments and output
-    blocks (lines that do not start like a command) are left out."""
+    """Every command of the page's shell code blocks (```sh), in order: one per line, a
+    line continued with ``\\`` joined, a heredoc kept with its command; comments left out."""
     commands = []
     name = str(page.relative_to(PROJECT_ROOT))
-    for block in code_blocks(page.read_text(encoding="utf-8")):
+    for block in _SHELL_FENCE.findall(page.read_text(encoding="utf-8")):
         lines = re.sub(r"\\\n\s*", " ", block).splitlines()
         i = 0
         while i < len(lines):
