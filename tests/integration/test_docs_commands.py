@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.local_worker import WorkerProcess
-from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.settings import PROJECT_ROOT
+from pipeline.stack.manager import Endpoints
 from tests.docs_pages import DOCS, ShellCommand, shell_commands
 
 pytestmark = pytest.mark.integration
@@ -64,15 +65,10 @@ def _runnable(page: Path) -> list[ShellCommand]:
 
 
 @pytest.fixture(scope="module")
-def settings(stack: object) -> Settings:
-    return load_settings()
-
-
-@pytest.fixture(scope="module")
-def worker(settings: Settings) -> Iterator[WorkerProcess]:
-    with WorkerProcess(
-        settings, log_path=PROJECT_ROOT / "var" / "log" / "test-docs-worker.log"
-    ) as w:
+def worker(stack: Endpoints) -> Iterator[WorkerProcess]:
+    """A worker of every registry pair, in the default group, on free ports."""
+    log = PROJECT_ROOT / "var" / "log" / "test-docs-worker.log"
+    with WorkerProcess(stack.settings, log_path=log) as w:
         yield w
 
 
@@ -121,7 +117,7 @@ def test_every_command_of_the_pages_is_run_or_named() -> None:
     assert not unused, f"NOT_RUN names commands the pages no longer show: {unused}"
 
 
-def test_getting_started_sla_until_idle_ends(settings: Settings, scratch: Path) -> None:
+def test_getting_started_sla_until_idle_ends(stack: Endpoints, scratch: Path) -> None:
     """The page's back-fill command ends by itself (here: reading from the topics' end,
     so it does not read every result the suite has written). It runs before this
     module starts its worker, whose ticks are input too."""
