@@ -41,6 +41,7 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/babelstream dashboard": "a long-running server (test_dashboard.py runs it)",
     ".venv/bin/babelstream sla  ": "the SLA job until Ctrl-C; the --until-idle form is run",
     ".venv/bin/babelstream dlq replay --id": "publishes dead letters again",
+    ".venv/bin/babelstream dlq quarantine release": "publishes a quarantined record again",
     "echo <request-id>": "a placeholder id",
     ".venv/bin/babelstream bulk status <job-id>": "a placeholder job id",
 }
