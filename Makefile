@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TRAIN_VENV := .venv-train
 
-.PHONY: install system-deps vendor up down status test test-unit test-integration test-chaos demo lint train-env build-demo bench clean
+.PHONY: install system-deps vendor up down status test test-unit test-integration test-chaos demo lint docs docs-serve train-env build-demo bench clean
 
 install: $(STAMP) system-deps
 
@@ -74,7 +74,7 @@ test-chaos: install
 demo: install up
 	$(BIN)/python -m pipeline.demo
 
-# Performance figures of the README (each bench a few minutes; see "Performance").
+# This release's performance figures (each bench a few minutes; docs/performance/index.md).
 BENCH_PAIR ?= en_en-XB
 bench: install up
 	@test -f var/models/bench/registry.toml || $(BIN)/babelstream models build-bench
@@ -90,6 +90,16 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml), its reference generated from the code at build
+# time (docsgen/); strict: a broken link or anchor fails. Output: var/site/.
+DOCS_ADDR ?= 127.0.0.1:8000
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about its successor, not about this site
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr $(DOCS_ADDR)
 
 # Dev-only: PyTorch + transformers to rebuild the bundled demo model.
 train-env:

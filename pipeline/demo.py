@@ -49,7 +49,7 @@ def main() -> int:
         # The distinct samples (the model translates them) and their round trip,
         # then, a little later, the repeats (answered by the dedup window and
         # caches). The later traffic also moves the SLA job's event-time
-        # watermark past the first windows of both pairs (README: SLA job).
+        # watermark past the first windows of both pairs (docs/concepts/sla.md).
         first = client.translate(build_requests(SAMPLES, DEMO_PAIR), timeout_s=120)
         back_texts = [r.translation or "" for r in first.ordered if r]
         back = client.translate(build_requests(back_texts, Pair("en-XA", "en")), timeout_s=120)

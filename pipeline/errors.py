@@ -7,7 +7,7 @@ unless ``--verbose``).
 
 from typing import ClassVar
 
-# Exit codes of the command line (README "Exit codes").
+# Exit codes of the command line (docs/troubleshooting.md, "Errors and exit codes").
 EXIT_FAILED = 1  # a command or a request failed
 EXIT_USAGE = 2  # a mistake in the command line, the input or the settings (click's own code)
 EXIT_UNAVAILABLE = 69  # a service (Kafka, Spark master) cannot be reached (sysexits EX_UNAVAILABLE)

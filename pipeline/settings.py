@@ -46,6 +46,7 @@ class _Section(BaseModel):
 
 
 class KafkaSettings(_Section):
+    # the brokers, host:port[,host:port...]
     bootstrap_servers: str = "127.0.0.1:9092"
     # every topic the project creates (work topics, results, changelogs, SLA);
     # 1 / 1 on a single broker, 3 / 2 on a cluster
@@ -89,7 +90,7 @@ class KafkaSettings(_Section):
     # Spark's Kafka source (SLA and bulk jobs): how long the broker holds a fetch
     # that finds no new records. A task reading up to the log's end (every
     # micro-batch of a job that keeps up) otherwise waits the consumer's
-    # 500 ms default (README: SLA job)
+    # 500 ms default (docs: concepts/sla.md)
     spark_fetch_max_wait_ms: int = Field(10, ge=0)
 
     @model_validator(mode="after")
@@ -116,11 +117,15 @@ class KafkaSettings(_Section):
 
 
 class RedisSettings(_Section):
+    # the L2 cache, quotas and glossaries; rediss:// switches TLS on
     url: str = "redis://127.0.0.1:6379/0"
     password: SecretStr | None = None
+    # L2 keys are <key_prefix>:v<cache_version>:<digest>; a new version drops every entry
     key_prefix: str = "bs"
     cache_version: int = 1
+    # L2 entry lifetime
     ttl_s: int = Field(7 * 24 * 3600, ge=1)
+    # a Redis call slower than this fails (a cache miss, counted)
     socket_timeout_s: float = Field(0.5, gt=0)
     # ACL user (None: the default user, i.e. plain `requirepass` when password is set)
     username: str | None = None
@@ -187,26 +192,36 @@ class StackSettings(_Section):
 
 
 class LimitSettings(_Section):
+    """Deployment limits beyond the schema: the router dead-letters a request over them
+    (reason limit_exceeded), and the client and CLI refuse it before sending."""
+
+    # a request's text, in UTF-8 bytes
     max_text_bytes: int = Field(16 * 1024, ge=1)
+    # the range a request's timeout_ms must fall in
     min_timeout_ms: int = Field(100, ge=1)
     max_timeout_ms: int = Field(3_600_000, ge=1)
+    # the deadline of a request that gives none
     default_timeout_ms: int = Field(30_000, ge=1)
+    # a request's metadata, serialised as JSON
     max_metadata_bytes: int = Field(4 * 1024, ge=0)
 
 
 class EngineSettings(_Section):
+    # the model registry: pair -> model directory, tokenizers, prefixes (models/registry.toml)
     registry: Path = PROJECT_ROOT / "models" / "registry.toml"
+    # auto (a GPU when CTranslate2 sees one), cpu or cuda
     device: str = "auto"
     # model replicas (CTranslate2 inter_threads): engine calls that run at once. Unset:
     # 2 on a CPU of two cores or more, 1 on a GPU (threads()). With 2 or more a
     # worker's calls run side by side (1.9x one replica's throughput on 2 cores) and
-    # bulk gets all but one, so a bulk call never delays interactive work (README).
+    # bulk gets all but one, so a bulk call never delays interactive work (docs: performance).
     inter_threads: int | None = Field(None, ge=1)
     # CTranslate2 threads per replica. Unset: all cores but one, which stays with the
     # event loop and Kafka clients, shared among the replicas (at least one each).
     # Oversubscribing (0 = CTranslate2's default, or all cores) made batch-1 calls ~10x
-    # slower on 2 cores (README).
+    # slower on 2 cores (docs: concepts/batching.md).
     intra_threads: int | None = Field(None, ge=0)
+    # beam search width (1: greedy)
     beam_size: int = Field(1, ge=1)
     # overrides every registry entry's compute_type when set (auto, int8, float32, ...)
     compute_type: str | None = None
@@ -243,7 +258,9 @@ class EngineSettings(_Section):
 
 
 class WorkerSettings(_Section):
+    # a micro-batch: at most this many requests from one topic ...
     max_messages: int = Field(64, ge=1)
+    # ... taken within this long
     max_wait_s: float = Field(0.02, gt=0)
     # micro-batches of one agent in flight: the next starts once the last is done with
     # the engine, so its lookups and engine calls overlap the last one's publishing
@@ -251,25 +268,31 @@ class WorkerSettings(_Section):
     # engine's replicas (in_flight()), so every replica has a batch to compute while
     # another batch publishes
     batches_in_flight: int | None = Field(None, ge=1)
+    # padded tokens per engine sub-batch (interactive work)
     token_budget: int = Field(4096, ge=1)
     # Bulk batches are kept small: a running engine call is never interrupted,
     # so their size bounds how long interactive work waits behind bulk work.
     bulk_max_messages: int = Field(16, ge=1)
+    # padded tokens per bulk engine call
     bulk_token_budget: int = Field(1024, ge=1)
+    # entries of the in-process LRU (L1) cache
     l1_cache_size: int = Field(50_000, ge=0)
     # translations an agent's batches finished lately, by digest: they answer a batch that
     # looked the dedup window up before the batch that translated its text stored it there
     # (pipeline.steps.engine.InFlightTexts)
     recent_translations: int = Field(4096, ge=1)
+    # how long the dedup window (a changelog-backed Faust table) remembers a translation
     dedup_window_s: float = Field(300.0, gt=0)
     # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
     web_port: int = Field(6066, ge=0, le=65535)
     web_host: str = "127.0.0.1"
+    # Faust's local table state, per consumer group and instance id
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
     # Static membership (KIP-345): a replica restarted within the session timeout
     # gets its partitions back without a rebalance. Each live replica needs its
     # own stable id (a StatefulSet pod name); default: <hostname>-<web port>.
     static_membership: bool = True
+    # this replica's group.instance.id; None: <hostname>-<web port>
     instance_id: str | None = None
     # How long the group waits for a silent member before moving its partitions
     # (the failover time after a crash); heartbeats go out every third of it.
@@ -281,7 +304,9 @@ class WorkerSettings(_Section):
     # transient faults: backoff between attempts of a batch, and for how long in all
     # before the worker exits non-zero (nothing committed, so nothing is lost)
     retry_initial_s: float = Field(0.5, gt=0)
+    # the longest backoff between two attempts
     retry_max_s: float = Field(15.0, gt=0)
+    # how long a failing batch is retried before the worker exits 75
     retry_budget_s: float = Field(300.0, gt=0)
     # at start: how long to wait for the brokers, then for every topic to be visible
     broker_wait_s: float = Field(120.0, ge=0)
@@ -396,7 +421,7 @@ class SlaSettings(_Section):
     # one state store per partition and stateful operator, each committed every
     # micro-batch: on the default local[2] one partition beat two by 8-20 % in
     # `bench sla` (the source scan still uses both cores); on a cluster, about its
-    # executors' cores (README: SLA job)
+    # executors' cores (docs: concepts/sla.md)
     shuffle_partitions: int = Field(1, ge=1)
     # worker heartbeats read with the results (advance event time while pairs are quiet)
     ticks_topic: str = TICKS_TOPIC
@@ -409,7 +434,9 @@ class SlaSettings(_Section):
     bulk_threshold_ms: int = Field(3_600_000, ge=0)
     # objectives per priority class, and per-pair overrides of the interactive ones
     objectives: InteractiveObjectives = InteractiveObjectives()
+    # the objectives of bulk results (job_id set)
     bulk_objectives: BulkObjectives = BulkObjectives()
+    # pair id -> overrides of the interactive objectives (a field left out keeps its value)
     pair_objectives: dict[str, SloObjectives] = {}
     # KLL sketch size of the per-window latency sketches in the Parquet history
     # (normalized rank error about 1.33% at 200, 0.28% at 1000; bigger k, bigger files);
@@ -504,7 +531,9 @@ class TenantSettings(_Section):
     # characters a tenant of weight 1 may add to one engine round; smaller rounds bound how
     # long a steady tenant waits behind a flooding one, larger rounds batch more
     quantum_chars: int = Field(128, ge=1)
+    # fair-share weight of tenants not in weights
     default_weight: float = Field(1.0, gt=0)
+    # tenant -> fair-share weight
     weights: dict[str, Annotated[float, Field(gt=0)]] = {}
     # a lone tenant's round is cut at about this run time (or one full engine call, if
     # longer), so a tenant that starts sending waits at most that long behind a flood;
@@ -515,7 +544,9 @@ class TenantSettings(_Section):
     max_deferred: int = Field(20_000, ge=0)
     # quotas: characters per quota window; None = unlimited
     default_quota_chars: int | None = Field(None, ge=1)
+    # tenant -> characters per quota window (others: default_quota_chars)
     quota_chars: dict[str, Annotated[int, Field(ge=1)]] = {}
+    # the quota's sliding window
     quota_window_s: float = Field(60.0, gt=0)
     # the sliding window moves in steps of this size (Redis hash field per step)
     quota_step_s: float = Field(1.0, gt=0)
@@ -551,6 +582,7 @@ class ReplySettings(_Section):
     # workers: how old a listing of existing reply topics may be, and how long a copy may
     # take before it is given up (the result is on the shared topic anyway)
     listing_refresh_s: float = Field(1.0, gt=0)
+    # a copy not delivered within this is given up (counted)
     copy_timeout_s: float = Field(5.0, gt=0)
 
 
@@ -558,6 +590,7 @@ class SparkClusterSettings(_Section):
     """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
 
     host: str = "127.0.0.1"
+    # the master's port (spark://<host>:<master_port>) and its web UI's
     master_port: int = Field(7077, ge=1, le=65535)
     master_webui_port: int = Field(8080, ge=1, le=65535)
     # worker i uses worker_port + i and worker_webui_port + i
@@ -596,6 +629,7 @@ class BatchingSettings(_Section):
     # the latency objective (P95, ms) per pair id; others get default_p95_ms
     p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
     default_p95_ms: float = Field(1000.0, gt=0)
+    # the adaptive controller's floor for max_wait and its ceiling for a micro-batch
     min_wait_s: float = Field(0.002, gt=0)
     max_messages: int = Field(256, ge=1)
     # With fair share, a lone tenant's round is its oldest held request and the ones
@@ -744,7 +778,7 @@ def check_environment(environ: Mapping[str, str]) -> None:
         hint = (
             f"did you mean {close[0]}?"
             if close
-            else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (README: Configuration)"
+            else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (docs/reference/settings.md)"
         )
         raise ConfigError(f"unknown setting {name}; {hint}")
 

@@ -12,8 +12,8 @@ request must have a result, none may be an ``error`` (or anything but
 zero only where at-least-once gives none. Every step is bounded
 (``drill.*_timeout_s``): a stuck step fails with the step's name.
 
-Each report is appended to ``var/chaos/report.jsonl`` (the table in the
-README comes from it). Run with ``make test-chaos`` (``pytest -m chaos``).
+Each report is appended to ``var/chaos/report.jsonl`` (the table in
+docs/operating/chaos.md comes from it). Run with ``make test-chaos`` (``pytest -m chaos``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ cap and assembly window; the peak resident set of the ``bulk run`` process
 segments or its results in memory, as a non-streaming runner does, adds
 several times the corpus size (the generated text has emoji and other
 non-Latin characters: Python holds it at 4 bytes a character). The 2 GB run is ``babelstream bench
-bulk-memory --mb 2048`` (README).
+bulk-memory --mb 2048`` (docs/guides/bulk.md).
 """
 
 from __future__ import annotations

@@ -370,7 +370,7 @@ def test_a_steady_tenant_overtakes_a_flood_read_before_it(
     Every steady request, sent after the whole flood, is answered while the flood
     is still being served: first come, first served could not do that. How its
     P99 compares with the P99 alone is a performance figure, measured by
-    ``babelstream bench fairness`` (README), not asserted on a shared machine.
+    ``babelstream bench fairness`` (docs/guides/controls.md), not asserted on a shared machine.
     """
     alone = steady_load(settings, 80, 5.0, seed=61).summary()
     # more than the worker translates while the steady load runs; what is left then

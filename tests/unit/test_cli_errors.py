@@ -198,7 +198,7 @@ def test_help_still_exits_zero() -> None:
 def test_the_installed_command(
     args: list[str], env: dict[str, str], code: int, words: list[str]
 ) -> None:
-    """The same through the console script README shows, as a user runs it."""
+    """The same through the console script the docs show, as a user runs it."""
     program = Path(sys.executable).with_name("babelstream")
     result = subprocess.run(
         [str(program), *args],

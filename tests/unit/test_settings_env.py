@@ -81,7 +81,8 @@ def test_engine_replicas_share_the_cores_unless_threads_are_set(
 def test_unset_replicas_are_two_on_a_cpu_and_one_on_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     engine = settings_from_environment().engine
-    # two calls of one thread each, side by side, on the 2 cores (README: 1.9x one replica)
+    # two calls of one thread each, side by side, on the 2 cores (1.86-2.0x one replica:
+    # docs/concepts/batching.md)
     assert engine.threads("cpu") == (2, 1)
     assert engine.threads("cuda")[0] == 1, "a GPU replica is a second copy in its memory"
     monkeypatch.setattr("os.cpu_count", lambda: 1)
