@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "drill": "pipeline.commands.drill:drill",
     "spark": "pipeline.commands.spark:spark",
     "glossary": "pipeline.commands.glossary:glossary",
+    "topics": "pipeline.commands.topics:topics",
 }
 
 

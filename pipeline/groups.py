@@ -98,6 +98,51 @@ def consumer_groups(kafka: KafkaSettings, with_lag: bool = True) -> list[Group]:
         admin.close()
 
 
+class AssignmentCheck:
+    """Which partitions of some topics no member of one consumer group holds.
+
+    Keeps one admin client (a worker asks every few seconds); a failed call
+    drops it, and the next call connects again. Blocking: call it in a thread.
+    """
+
+    def __init__(self, kafka: KafkaSettings, group_id: str) -> None:
+        self._kafka = kafka
+        self._group_id = group_id
+        self._admin: Any = None
+
+    def unassigned(self, topics: Iterable[str]) -> dict[str, int]:
+        """Per topic of ``topics``, how many of its partitions no member holds (only
+        topics with some; a topic that does not exist yet counts none)."""
+        if self._admin is None:
+            self._admin = admin_client(self._kafka, "assignment")
+        try:
+            described = self._admin.describe_groups([self._group_id]).get(self._group_id, {})
+            wanted = set(topics)
+            # every topic, then filtered: naming a missing one could have it auto-created
+            counts = {
+                t["name"]: len(t["partitions"])
+                for t in self._admin.describe_topics()
+                if t["name"] in wanted and not t.get("error_code")
+            }
+        except Exception:
+            self.close()
+            raise
+        held: dict[str, set[int]] = {}
+        for member in map(_member, described.get("members", [])):
+            for topic, partitions in member.assigned.items():
+                held.setdefault(topic, set()).update(partitions)
+        missing = {
+            topic: count - len(held.get(topic, set()) & set(range(count)))
+            for topic, count in counts.items()
+        }
+        return {topic: n for topic, n in missing.items() if n}
+
+    def close(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            admin.close()
+
+
 def serving(groups: Iterable[Group], topic: str) -> list[Group]:
     """The groups with a member assigned a partition of ``topic``."""
     return [g for g in groups if topic in g.topics]

@@ -322,6 +322,10 @@ class WorkerSettings(_Section):
     # infrastructure (pipeline/steps/runner.py). canary_texts: per source language.
     canary_text: str = Field("Hello.", min_length=1)
     canary_texts: dict[str, str] = {}
+    # how often the worker checks its group: that its consumer still takes part (else it
+    # exits 75), and that every partition of what it consumes has a member holding it
+    # (else it is not ready: a static member of another subscription may hold its share)
+    group_check_s: float = Field(5.0, gt=0)
     # a batch failing (and retried) for longer than this makes the worker not ready,
     # with the agent, attempts, exception class and first record on its readiness page
     stall_report_s: float = Field(30.0, gt=0)

@@ -34,8 +34,10 @@ from pipeline.engine.costs import cost_of
 from pipeline.engine.registry import ModelEntry
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
+from pipeline.errors import EXIT_TEMPFAIL
 from pipeline.fairness import DeficitRoundRobin, FairRounds, RoundPace, lone_round_s
 from pipeline.fidelity.service import FidelityService
+from pipeline.groups import AssignmentCheck
 from pipeline.kafka_clients import faust_app_options
 from pipeline.messages import SlaWindow
 from pipeline.offsets import Ticket, TopicPartition
@@ -56,6 +58,7 @@ from workers.dedup import FaustDedupWindow
 from workers.faust_adapter import (
     MembershipLease,
     assigned_partitions,
+    coordination_failure,
     micro_batches,
     record_of,
     tp_of,
@@ -128,6 +131,11 @@ class WorkerShell:
         self.shapers: dict[str, BatchShaper] = {}
         # each agent's runner (its health: batches failing, requests set apart), by name
         self.runners: dict[str, BatchRunner] = {}
+        # what the worker consumes, and per topic the partitions no member of the group
+        # holds (checked after each assignment, then every worker.group_check_s): while
+        # any are, some served pair has no one to serve it. None: not checked yet.
+        self.subscription: list[str] = []
+        self.unassigned: dict[str, int] | None = None
 
     def input_partitions(self) -> list[TopicPartition]:
         """Assigned partitions of the topics the agents consume."""
@@ -279,6 +287,11 @@ class WorkerShell:
             if self.app.rebalancing
             else "recovering tables"
             if not self.app.tables.actives_ready
+            else "checking the group's assignment"
+            if self.unassigned is None and self.subscription
+            else "partitions no member of the group holds: "
+            + ", ".join(f"{t} ({n})" for t, n in sorted(self.unassigned.items()))
+            if self.unassigned
             else "batches failing: "
             + "; ".join(
                 f"{name} for {h['failing_s']}s (attempt {h['attempts']}, {h['error']}, "
@@ -361,6 +374,7 @@ def create_app(
     def source(name: str) -> faust.TopicT:
         # acks off: offsets are committed by the shell's offset book, not by Faust
         shell.sources.add(name)
+        shell.subscription.append(name)
         return app.topic(name, key_type=bytes, value_type=bytes, acks=False)
 
     if with_router:
@@ -710,6 +724,7 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMo
 
     async def on_assigned(_app: Any, assigned: set[FaustTP], **_: Any) -> None:
         shell.offsets.on_assigned()
+        shell.unassigned = None  # checked again before the worker says it is ready
         shell.lease.confirm()
         shell.lease.watch(app)
         if not shell.joined:
@@ -787,12 +802,12 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMo
     cache_errors = metrics.TotalTracker(metrics.CACHE_ERRORS)
     cache_corrupt = metrics.TotalTracker(metrics.CACHE_CORRUPT)
 
-    @app.timer(interval=shell.offsets.reseek_s)
+    # loops, not timers: a round that runs long (a loaded machine, a slow broker) delays
+    # the next one instead of overlapping it (and filling the log with mode's warnings)
     async def check_stalls() -> None:
         if shell.readiness()[0]:
             await shell.offsets.check_stalls(shell.input_partitions(), idle=shell.idle)
 
-    @app.timer(interval=obs.sample_interval_s)
     async def sample_metrics() -> None:
         metrics.set_worker_ready(shell.readiness()[0])
         for name, runner in shell.runners.items():
@@ -801,6 +816,55 @@ def _add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMo
             cache_errors.update(ctx.cache.l2.errors)
             cache_corrupt.update(ctx.cache.l2.corrupt)
         await _sample_lag(app, shell)
+
+    assignment = AssignmentCheck(ctx.settings.kafka, app.conf.id)
+
+    async def check_group() -> None:
+        failure = coordination_failure(app)
+        if failure is not None and not shell.draining:
+            log.critical(
+                "group coordination ended (%s: %s); exiting so a restarted worker joins again",
+                type(failure).__name__,
+                failure,
+            )
+            shell.exit_code = EXIT_TEMPFAIL
+            shell.request_stop()
+            return
+        if shell.joined and shell.subscription:
+            shell.unassigned = await asyncio.to_thread(assignment.unassigned, shell.subscription)
+
+    _every(app, shell.offsets.reseek_s, check_stalls)
+    _every(app, obs.sample_interval_s, sample_metrics)
+    # soon after an assignment (readiness waits for it), then at the configured pace
+    group_check_s = ctx.settings.worker.group_check_s
+    _every(
+        app,
+        lambda: min(0.5, group_check_s) if shell.unassigned is None else group_check_s,
+        check_group,
+    )
+
+
+def _every(
+    app: faust.App, seconds: float | Callable[[], float], work: Callable[[], Awaitable[None]]
+) -> None:
+    """Run ``work`` every ``seconds`` (a number, or read before each round) for as long as
+    the app runs; a round that fails is logged (once per kind of error) and the next one
+    runs as usual."""
+    failed: set[str] = set()
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(seconds() if callable(seconds) else seconds)
+            try:
+                await work()
+            except Exception as exc:
+                kind = type(exc).__name__
+                if kind not in failed:
+                    failed.add(kind)
+                    log.warning("%s failed (%s: %s); trying again", work.__name__, kind, exc)
+
+    loop.__name__ = loop.__qualname__ = work.__name__
+    app.task(loop)
 
 
 async def _sample_lag(app: faust.App, shell: WorkerShell) -> None:

@@ -129,6 +129,24 @@ def assigned_partitions(app: faust.App) -> set[TopicPartition]:
     return {TopicPartition(tp.topic, tp.partition) for tp in app.consumer.assignment()}
 
 
+def coordination_failure(app: faust.App) -> BaseException | None:
+    """The error that ended aiokafka's group coordination routine, if it ended.
+
+    aiokafka logs "Unexpected error in coordinator routine" and stops taking
+    part in the group (for instance on an assignment of a topic it does not
+    subscribe to); the consumer then never joins again, so the worker must
+    exit for its supervisor to restart it. None while coordination runs.
+    """
+    thread = cast(Any, app.consumer)._thread
+    consumer = getattr(thread, "_consumer", None)
+    coordinator = getattr(consumer, "_coordinator", None)
+    task = getattr(coordinator, "_coordination_task", None)
+    if task is None or not task.done() or task.cancelled():
+        return None
+    exc: BaseException | None = task.exception()
+    return exc
+
+
 class MembershipLease:
     """Whether the group has confirmed this member within a session timeout.
 
@@ -172,6 +190,11 @@ class MembershipLease:
         self._watched = coordinator
 
 
+# libraries that log a line per service start, tables per rebalance, and every
+# connection of a short-lived client at info
+QUIET_LIBRARIES = ("faust", "mode", "aiokafka", "kafka")
+
+
 class DrainingWorker(faust.Worker):
     """A Faust worker whose SIGTERM/SIGINT first drains and commits, within a bound.
 
@@ -194,6 +217,15 @@ class DrainingWorker(faust.Worker):
         self._drain = drain
         self._stop_timeout_s = stop_timeout_s
         self._stopping = False
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        """Below debug, the libraries log warnings only: the worker's own lines say what
+        happens (started, joined, ready, faults), not every service start and the tables
+        of topics Faust prints at each rebalance."""
+        super().on_setup_root_logger(logger, level)
+        if level > logging.DEBUG:
+            for name in QUIET_LIBRARIES:
+                logging.getLogger(name).setLevel(max(level, logging.WARNING))
 
     def _on_sigterm(self) -> None:
         self.stop_gracefully(signal.SIGTERM)
