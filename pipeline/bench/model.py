@@ -74,8 +74,27 @@ class BuiltModel:
         return json.dumps(data, indent=2)
 
 
-def train_tokenizer(vocab_size: int, sentences: int, seed: int) -> bytes:
-    """A BPE SentencePiece model trained on generated sentences (Marian's special ids)."""
+def synthetic_languages(count: int, skip: tuple[str, ...] = ("en",)) -> list[str]:
+    """``count`` two-letter language tags (``aa``, ``ab``, ...; ``skip`` left out): valid
+    BCP-47 syntax, standing for as many languages of a multilingual benchmark model."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    tags = (a + b for a in letters for b in letters)
+    chosen = [t for t in tags if t not in skip][:count]
+    if len(chosen) < count:
+        raise ValueError(f"at most {26 * 26 - len(skip)} synthetic languages")
+    return chosen
+
+
+def language_token(tag: str) -> str:
+    """The multilingual benchmark model's token for a language (M2M-100's form)."""
+    return f"__{tag}__"
+
+
+def train_tokenizer(
+    vocab_size: int, sentences: int, seed: int, symbols: tuple[str, ...] = ()
+) -> bytes:
+    """A BPE SentencePiece model trained on generated sentences (Marian's special ids);
+    ``symbols`` are pieces of their own (language tokens)."""
     generator = SentenceGenerator(seed, min_words=3, max_words=40)
     lines = [generator.sentence() for _ in range(sentences)]
     out = io.BytesIO()
@@ -92,6 +111,7 @@ def train_tokenizer(vocab_size: int, sentences: int, seed: int) -> bytes:
         eos_id=0,
         unk_id=1,
         pad_id=-1,
+        user_defined_symbols=list(symbols),
         minloglevel=2,
     )
     return out.getvalue()
@@ -182,23 +202,21 @@ def write_marian(directory: Path, shape: BenchModelShape, sp_model: bytes, seed:
     return sum(w.size for name, w in weights.items() if not name.startswith("special:"))
 
 
-def build_bench_model(
+def _build(
     output: Path,
-    registry_path: Path,
-    *,
-    pair: Pair = BENCH_PAIR,
-    shape: BenchModelShape | None = None,
-    quantization: str = "int8",
-    sentences: int = 15_000,
-    seed: int = 13,
-) -> BuiltModel:
-    """Build, convert and register the benchmark model; replaces an earlier build."""
+    shape: BenchModelShape,
+    quantization: str,
+    sentences: int,
+    seed: int,
+    symbols: tuple[str, ...] = (),
+) -> tuple[bytes, int, dict[str, float]]:
+    """Tokenizer, random Marian weights, CTranslate2 conversion into ``output``;
+    (the SentencePiece model, the parameter count, seconds per stage)."""
     from ctranslate2.converters import MarianConverter
 
-    shape = shape or BenchModelShape()
     seconds: dict[str, float] = {}
     clock = time.perf_counter()
-    sp_model = train_tokenizer(shape.vocab_size, sentences, seed)
+    sp_model = train_tokenizer(shape.vocab_size, sentences, seed, symbols)
     seconds["tokenizer"] = time.perf_counter() - clock
     marian = output.parent / f"{output.name}.marian"
     clock = time.perf_counter()
@@ -210,6 +228,22 @@ def build_bench_model(
     shutil.copyfile(marian / "spm.model", output / "spm.model")
     shutil.rmtree(marian)  # ~300 MB of float32 weights; the converted model is what runs
     seconds["convert"] = time.perf_counter() - clock
+    return sp_model, parameters, {k: round(v, 2) for k, v in seconds.items()}
+
+
+def build_bench_model(
+    output: Path,
+    registry_path: Path,
+    *,
+    pair: Pair = BENCH_PAIR,
+    shape: BenchModelShape | None = None,
+    quantization: str = "int8",
+    sentences: int = 15_000,
+    seed: int = 13,
+) -> BuiltModel:
+    """Build, convert and register the benchmark model; replaces an earlier build."""
+    shape = shape or BenchModelShape()
+    sp_model, parameters, seconds = _build(output, shape, quantization, sentences, seed)
     entry = PairEntry(
         pair=pair,
         model_dir=output.resolve(),
@@ -235,6 +269,58 @@ def build_bench_model(
         parameters=parameters,
         model_bytes=(output / "model.bin").stat().st_size,
         quantization=quantization,
-        seconds={k: round(v, 2) for k, v in seconds.items()},
+        seconds=seconds,
+        shape=shape,
+    )
+
+
+def build_multilingual_bench_model(
+    output: Path,
+    registry_path: Path,
+    *,
+    languages: int,
+    shape: BenchModelShape | None = None,
+    quantization: str = "int8",
+    sentences: int = 15_000,
+    seed: int = 13,
+) -> BuiltModel:
+    """An NLLB-shaped benchmark model: one vocabulary with a token per language, the
+    source and target language tokens around each sequence, every ordered pair of
+    ``languages`` synthetic languages plus English served by one [[model]] table in
+    ``registry_path`` (rewritten)."""
+    import tomli_w
+
+    shape = shape or BenchModelShape()
+    tags = ["en", *synthetic_languages(languages - 1)]
+    tokens = tuple(language_token(t) for t in tags)
+    sp_model, parameters, seconds = _build(output, shape, quantization, sentences, seed, tokens)
+    model_id = f"bench-{output.name}"
+    table = {
+        "model_id": model_id,
+        "model": str(output.resolve()),
+        "tokenizer": "spm.model",
+        "languages": tags,
+        "language_token": language_token("{lang}"),
+        "source_prefix": ["{src}"],
+        "target_prefix": ["{tgt}"],
+        "suppress_language_tokens": True,
+        "compute_type": "auto",
+        "max_input_tokens": 512,
+        "max_output_tokens": 512,
+        "decoding": "input_length",
+        "description": "NLLB-shaped multilingual model with random weights (benchmarks only)",
+    }
+    registry_path.parent.mkdir(parents=True, exist_ok=True)
+    registry_path.write_text(REGISTRY_HEADER + "\n" + tomli_w.dumps({"model": [table]}))
+    Registry.load(registry_path)  # what was written reads back
+    return BuiltModel(
+        model_dir=output.resolve(),
+        registry=registry_path.resolve(),
+        pair=f"{len(tags) * (len(tags) - 1)} pairs of {len(tags)} languages",
+        vocab_size=len(vocabulary(sentencepiece.SentencePieceProcessor(model_proto=sp_model))),
+        parameters=parameters,
+        model_bytes=(output / "model.bin").stat().st_size,
+        quantization=quantization,
+        seconds=seconds,
         shape=shape,
     )

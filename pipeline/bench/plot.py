@@ -43,3 +43,34 @@ def plot_curve(points: Sequence[LoadFigures], path: Path, title: str) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_pairs(
+    pairs: Sequence[int], throughput: Sequence[float], batch: Sequence[float | None], path: Path
+) -> Path:
+    """Throughput and mean engine batch against the pairs the load was spread over."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise missing_extra("matplotlib", "dev") from None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=120)
+    left.plot(pairs, throughput, marker="o")
+    left.set_ylabel("throughput (requests/s)")
+    left.set_ylim(bottom=0)
+    right.plot(pairs, [b or 0.0 for b in batch], marker="o", color="tab:orange")
+    right.set_ylabel("mean engine batch (texts per call)")
+    right.set_ylim(bottom=0)
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(pairs), [str(p) for p in pairs])
+        ax.set_xlabel("pairs the same load is spread over (one model)")
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("bench pairs: cost follows the model and the work, not the pairs", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

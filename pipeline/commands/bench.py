@@ -29,6 +29,7 @@ LAZY: dict[str, str] = {
     "sla": "pipeline.commands.bench_sla:sla",
     "bulk-memory": "pipeline.commands.bench_memory:bulk_memory",
     "fairness": "pipeline.commands.bench_fairness:fairness",
+    "pairs": "pipeline.commands.bench_pairs:pairs",
 }
 
 

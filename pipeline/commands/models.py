@@ -230,6 +230,14 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
     help="SentencePiece pieces (fewer when the generated corpus has too few).",
 )
 @click.option("--seed", default=13, show_default=True, help="Seed of sentences and weights.")
+@click.option(
+    "--languages",
+    type=click.IntRange(2, 600),
+    default=None,
+    help="Build an NLLB-shaped multilingual model instead: English and N-1 synthetic "
+    "languages, a token each, every ordered pair served (200: 39,800 pairs); registered "
+    "as one [[model]] table in multilingual.toml beside the benchmark registry.",
+)
 @click.pass_obj
 def build_bench(
     settings: Settings,
@@ -238,6 +246,7 @@ def build_bench(
     quantization: str,
     vocab_size: int,
     seed: int,
+    languages: int | None,
 ) -> None:
     """Build an OPUS-MT-shaped model with random weights for benchmarks (no PyTorch).
 
@@ -246,8 +255,29 @@ def build_bench(
     converted by CTranslate2's Marian converter; registered in the benchmark
     registry (engine.bench_registry, under var/, not committed). Prints JSON.
     """
-    from pipeline.bench.model import BenchModelShape, build_bench_model
+    from pipeline.bench.model import (
+        BenchModelShape,
+        build_bench_model,
+        build_multilingual_bench_model,
+    )
 
+    if languages is not None:
+        registry = multilingual_registry(settings)
+        built = build_multilingual_bench_model(
+            output or registry.parent / "nllb-shaped",
+            registry,
+            languages=languages,
+            shape=BenchModelShape(vocab_size=vocab_size),
+            quantization=quantization,
+            seed=seed,
+        )
+        click.echo(built.to_json())
+        click.echo(
+            f"registered {built.pair} in {registry}; serve it with "
+            f"BABELSTREAM_ENGINE__REGISTRY={registry}",
+            err=True,
+        )
+        return
     try:
         pair = Pair.parse(pair_id)
     except ContractError as exc:
@@ -267,6 +297,11 @@ def build_bench(
         f"BABELSTREAM_ENGINE__REGISTRY={registry}",
         err=True,
     )
+
+
+def multilingual_registry(settings: Settings) -> Path:
+    """Where ``build-bench --languages`` registers its model (beside the bench registry)."""
+    return settings.engine.bench_registry.with_name("multilingual.toml")
 
 
 @models.command("eval-demo")

@@ -169,3 +169,80 @@ def test_default_demo_entries_match_the_evaluated_ones():
     served = Registry.load(load_settings().engine.registry).entries(DEMO_PAIRS)
     assert [replace(e, description="") for e in served] == demo_entries(DEMO_DIR)
     assert served[0].suppress_tokens == (">>en<<", ">>en-XA<<")
+
+
+MULTILINGUAL = """
+[[model]]
+model_id = "m2m-small"
+model = "m"
+tokenizer = "spm.model"
+languages = ["en", "de", "fr", "zh-Hans"]
+targets = ["de", "fr", "zh-Hans"]
+language_token = "__{lang}__"
+language_tokens = { "zh-Hans" = "__zh__" }
+source_prefix = ["{src}"]
+target_prefix = ["{tgt}"]
+source_suffix = ["</s>"]
+suppress_language_tokens = true
+"""
+
+
+def test_a_multilingual_model_serves_the_pairs_of_its_languages(tmp_path):
+    make_model(tmp_path, "m")
+    path = tmp_path / "registry.toml"
+    path.write_text(MULTILINGUAL, encoding="utf-8")
+    reg = Registry.load(path)
+    (model,) = reg.models.values()
+    # every source language to every target but itself: 4 x 3 - 3 = 9 pairs
+    assert model.pair_count() == 9 == len(list(model.pairs()))
+    entry = reg.entry(Pair("zh-Hans", "fr"))
+    assert entry is not None and entry.model_id == "m2m-small"
+    assert (entry.source_prefix, entry.target_prefix) == (("__zh__",), ("__fr__",))
+    assert entry.source_suffix == ("</s>",)
+    assert set(entry.suppress_tokens) == {"__en__", "__de__", "__fr__", "__zh__"}
+    assert reg.entry(Pair("de", "en")) is None, "en is not a target"
+    assert reg.model_for(Pair("fr", "fr")) is None
+    assert [m.model_id for m in reg.models_for(pairs=["de_fr"])] == ["m2m-small"]
+
+
+def test_pairs_of_one_model_id_are_one_model_and_must_agree(tmp_path):
+    make_model(tmp_path, "m")
+    make_model(tmp_path, "other")
+    reg = Registry.load(write_registry(tmp_path, {"pair": "en_de"}, {"pair": "de_en"}))
+    (model,) = reg.models.values()
+    assert sorted(p.id for p in model.pairs()) == ["de_en", "en_de"]
+    clash = tmp_path / "clash.toml"
+    clash.write_text(
+        "[[pair]]\nid = 'en_de'\nmodel = 'm'\nmodel_id = 'x'\ntokenizer = 's'\n"
+        "[[pair]]\nid = 'de_en'\nmodel = 'other'\nmodel_id = 'x'\ntokenizer = 's'\n"
+    )
+    with pytest.raises(ConfigError, match="name model x with different model_dir"):
+        Registry.load(clash)
+
+
+def test_a_pair_is_served_by_one_model_only(tmp_path):
+    make_model(tmp_path, "m")
+    path = tmp_path / "registry.toml"
+    path.write_text(
+        MULTILINGUAL + "\n[[pair]]\nid = 'en_de'\nmodel = 'm'\nmodel_id = 'opus'\n"
+        "tokenizer = 'spm.model'\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="pair en_de is served by m2m-small and opus"):
+        Registry.load(path)
+
+
+@pytest.mark.parametrize(
+    ("model_id", "ok"), [("opus-mt-en-de", True), ("nllb.200", True), ("bad/id", False)]
+)
+def test_model_ids_name_topics(tmp_path, model_id, ok):
+    make_model(tmp_path, "m")
+    path = tmp_path / "registry.toml"
+    path.write_text(
+        f"[[pair]]\nid = 'en_de'\nmodel = 'm'\nmodel_id = '{model_id}'\ntokenizer = 's'\n"
+    )
+    if ok:
+        assert list(Registry.load(path).models) == [model_id]
+    else:
+        with pytest.raises(ConfigError, match="invalid model id"):
+            Registry.load(path)

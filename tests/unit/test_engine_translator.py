@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import ctranslate2
 import pytest
@@ -140,3 +141,29 @@ def test_explicit_compute_type_and_beam(tmp_path):
     assert t.translate_batch([HELLO], EN_XA)[0].text == HELLO_XA
     with pytest.raises(ConfigError, match="unknown device"):
         CTranslate2Translator(entries, device="tpu")
+
+
+def test_a_memory_budget_loads_models_on_first_use_and_unloads_the_idle_one():
+    """Two models (the demo weights under two model ids), room for one: each call of the
+    other model loads it, unloading the one used least recently."""
+    (entry,) = Registry.load(load_settings().engine.registry).entries(["en_en-XA"])
+    a = dataclasses.replace(entry, model_id="demo-a")
+    b = dataclasses.replace(entry, pair=XA_EN, model_id="demo-b", target_prefix=(">>en<<",))
+    t = CTranslate2Translator([a, b], device="cpu", compute_type="int8", max_loaded_models=1)
+    assert t.loaded_models() == [], "nothing loads before its first call"
+    before = _samples("babelstream_model_evictions_total")
+    assert t.translate_batch([HELLO], EN_XA)[0].text == HELLO_XA
+    assert t.loaded_models() == ["demo-a"]
+    assert t.translate_batch([HELLO_XA], XA_EN)[0].text == HELLO
+    assert t.loaded_models() == ["demo-b"]
+    assert t.translate_batch([HELLO], EN_XA)[0].text == HELLO_XA
+    assert t.loaded_models() == ["demo-a"]
+    assert _samples("babelstream_model_evictions_total") - before == 2
+
+
+def _samples(name: str) -> float:
+    from pipeline import metrics
+
+    return sum(
+        s.value for family in metrics.REGISTRY.collect() for s in family.samples if s.name == name
+    )

@@ -1,0 +1,68 @@
+"""A worker serving a 200-language model: 39,800 pairs, two work topics, ready in seconds."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.bench.model import BenchModelShape, build_multilingual_bench_model
+from pipeline.bench.pairs import sample_pairs, spread_requests
+from pipeline.client import TranslationClient
+from pipeline.engine.registry import Registry
+from pipeline.local_worker import WorkerProcess
+from pipeline.pairs import WORK_PREFIX
+from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+
+pytestmark = pytest.mark.integration
+
+LANGUAGES = 200
+# small weights: the test is about the pipeline's cost per pair, not the engine's
+TINY = BenchModelShape(
+    d_model=64, encoder_layers=1, decoder_layers=1, heads=2, ffn=128, vocab_size=3000
+)
+
+
+@pytest.fixture(scope="module")
+def settings(stack: object) -> Settings:
+    return load_settings()
+
+
+def test_a_worker_on_200_languages_is_ready_soon_and_serves_any_pair(
+    settings: Settings, tmp_path: Path
+) -> None:
+    registry = tmp_path / "multilingual.toml"
+    build_multilingual_bench_model(
+        tmp_path / "nllb-tiny", registry, languages=LANGUAGES, shape=TINY, sentences=3000
+    )
+    assert Registry.load(registry).pair_count() == LANGUAGES * (LANGUAGES - 1)
+    pairs = sample_pairs(registry, 24)
+    worker = WorkerProcess(
+        settings,
+        log_path=PROJECT_ROOT / "var" / "log" / "test-multilingual-worker.log",
+        env={
+            "BABELSTREAM_ENGINE__REGISTRY": str(registry),
+            "BABELSTREAM_WORKER__STATIC_MEMBERSHIP": "false",
+        },
+        probe_pair=pairs[0],
+    )
+    began = time.monotonic()
+    worker.start()
+    try:
+        ready_s = time.monotonic() - began
+        assert ready_s < 30, f"ready after {ready_s:.1f}s"
+        assigned = (worker.readiness() or {}).get("assigned", {})
+        work = sorted(t for t in assigned if t.startswith(WORK_PREFIX))
+        assert len(work) == 1, f"one work topic for the model, whatever its pairs: {work}"
+        requests = spread_requests([f"Sentence number {i}." for i in range(48)], pairs)
+        with TranslationClient(settings.kafka, settings.limits, replies=settings.replies) as c:
+            replies = c.translate(requests, timeout_s=120)
+        results = [r for r in replies.ordered if r is not None]
+        assert {r.status for r in results} == {"ok"} and len(results) == len(requests)
+        assert {r.pair for r in results} == {p.id for p in pairs}
+        stats = worker.stats()
+        calls = sum(stats["engine_batch_sizes"].values())
+        assert calls < len(requests) / 4, "texts of many pairs share engine calls"
+    finally:
+        worker.stop()
