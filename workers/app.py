@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +131,8 @@ class WorkerShell:
         self.shapers: dict[str, BatchShaper] = {}
         # each agent's runner (its health: batches failing, requests set apart), by name
         self.runners: dict[str, BatchRunner] = {}
+        # the fair-share agents' held events (Sized: how many wait for a round)
+        self.holding: list[Sized] = []
         # what the worker consumes, and per topic the partitions no member of the group
         # holds (checked after each assignment, then every worker.group_check_s): while
         # any are, some served pair has no one to serve it. None: not checked yet.
@@ -226,8 +228,10 @@ class WorkerShell:
 
     @property
     def idle(self) -> bool:
-        """No batch is being processed right now."""
-        return self._busy == 0
+        """No batch is being processed right now, and no fair-share agent holds fetched
+        events for a later round (with a backlog those wait there, fetched but not yet
+        taken: not a partition that stalled)."""
+        return self._busy == 0 and not any(len(rounds) for rounds in self.holding)
 
     def _enter(self) -> None:
         self._busy += 1
@@ -610,6 +614,7 @@ def _fair_agent(
             ),
             max_held=tenants.max_deferred,
         )
+        shell.holding.append(rounds)
         server = asyncio.create_task(
             _serve_rounds(shell, runner, window, rounds, topic, batch_size, RoundPace(max_round_s))
         )
