@@ -49,7 +49,13 @@ from pipeline.settings import Settings
     help="A step of this many bilingual models (0: none), served under a budget of "
     "--budget loaded models, so models are loaded and unloaded in turn.",
 )
-@click.option("--budget", type=click.IntRange(1), default=2, show_default=True)
+@click.option(
+    "--budget",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="Models loaded at once in the --fleet step (engine.max_loaded_models).",
+)
 @click.option(
     "--plot",
     "plot_path",
