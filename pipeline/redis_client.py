@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from pipeline.settings import RedisSettings
 
@@ -34,3 +35,8 @@ def redis_options(settings: RedisSettings) -> dict[str, Any]:
 def redis_client(settings: RedisSettings) -> redis.Redis:
     """A client for ``settings.url`` (the caller closes it)."""
     return redis.Redis.from_url(settings.url, **redis_options(settings))
+
+
+def async_redis_client(settings: RedisSettings) -> redis.asyncio.Redis:
+    """An asyncio client for ``settings.url`` (the caller closes it with ``aclose``)."""
+    return redis.asyncio.Redis.from_url(settings.url, **redis_options(settings))

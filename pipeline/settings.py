@@ -655,7 +655,10 @@ class BatchingSettings(_Section):
 
 
 class GatewaySettings(_Section):
-    """The LibreTranslate-compatible HTTP gateway (``babelstream gateway``, docs/guides/gateway.md)."""
+    """The LibreTranslate-compatible HTTP gateway (``babelstream gateway``).
+
+    See docs/guides/gateway.md.
+    """
 
     host: str = "127.0.0.1"
     port: int = Field(5000, ge=0, le=65535)
@@ -705,6 +708,9 @@ class GatewaySettings(_Section):
     max_file_bytes: int = Field(1 << 20, ge=1)
     # GET /frontend/settings: LibreTranslate's web UI timeout (ms)
     frontend_timeout_ms: int = Field(500, ge=0)
+    # API key lookups (and misses) are cached this long: a revoked key stops working
+    # within it
+    key_cache_s: float = Field(5.0, ge=0)
 
 
 class DrillSettings(_Section):
