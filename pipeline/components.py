@@ -7,6 +7,8 @@
   checkpoint last committed a micro-batch (Spark's UI is off, so it has no
   port to ask).
 * Dashboard: its ``/healthz`` page on the configured host and port.
+* Gateway: its ``/babelstream/gateway`` page on the configured host and port
+  (Kafka as it sees it, its reply topic, calls answered).
 """
 
 from __future__ import annotations
@@ -203,8 +205,28 @@ def dashboard(settings: Settings) -> ComponentStatus:
     )
 
 
+def gateway(settings: Settings) -> ComponentStatus:
+    """The HTTP gateway, if its ``/babelstream/gateway`` page answers."""
+    g = settings.gateway
+    url = f"http://{g.host}:{g.port}"
+    probe = http_probe(f"{url}/babelstream/gateway", settings.stack.probe_timeout_s)
+    if not probe.answered:
+        return ComponentStatus("gateway", url, False, f"not running ({probe.error})")
+    body = probe.body if isinstance(probe.body, dict) else {}
+    calls = body.get("calls") or {}
+    answered = ", ".join(f"{code}: {n}" for code, n in calls.items()) or "none yet"
+    return ComponentStatus(
+        "gateway",
+        url,
+        True,
+        f"serving; Kafka {body.get('kafka')}, replies on {body.get('reply_topic')}, "
+        f"{body.get('waiting', 0)} waiting, calls {answered}",
+        body,
+    )
+
+
 def components(settings: Settings, kafka_up: bool) -> list[ComponentStatus]:
-    """Workers, the SLA job and the dashboard (the first two need Kafka)."""
+    """Workers, the SLA job, the dashboard and the gateway (the first two need Kafka)."""
     out = (
         [*workers(settings), sla_job(settings)]
         if kafka_up
@@ -213,4 +235,4 @@ def components(settings: Settings, kafka_up: bool) -> list[ComponentStatus]:
             ComponentStatus("sla", settings.sla.sink_topic, False, "unknown: Kafka is down"),
         ]
     )
-    return [*out, dashboard(settings)]
+    return [*out, dashboard(settings), gateway(settings)]

@@ -64,13 +64,18 @@ class Waiters:
 
     futures: dict[str, asyncio.Future[TranslationResult]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    # ids whose results are also stored while awaited: a caller that named its request id
+    # may fetch it after a restart, when no process is left to answer it
+    durable: set[str] = field(default_factory=set)
 
     def expect(
-        self, request_ids: Sequence[str]
+        self, request_ids: Sequence[str], *, durable: bool = False
     ) -> tuple[list[asyncio.Future[TranslationResult]], list[bool]]:
         """A future per id, and whether each is new (an id already awaited is not sent again)."""
         loop = asyncio.get_running_loop()
         futures, new = [], []
+        if durable:
+            self.durable.update(request_ids)
         for rid in request_ids:
             future = self.futures.get(rid)
             new.append(future is None)
@@ -89,15 +94,17 @@ class Waiters:
             else:
                 self.counts.pop(rid, None)
                 self.futures.pop(rid, None)
+                self.durable.discard(rid)
 
     def resolve(self, result: TranslationResult) -> bool:
-        """Hand a result to its waiting callers; False when nobody waits for it."""
+        """Hand a result to its waiting callers; True when it must be stored as well
+        (nobody waits for it, or its caller named its request id)."""
         future = self.futures.get(result.request_id)
         if future is None:
-            return False
+            return True
         if not future.done():  # the first result of an id wins
             future.set_result(result)
-        return True
+        return result.request_id in self.durable
 
     def __len__(self) -> int:
         return len(self.futures)
@@ -109,7 +116,7 @@ class LinkStats:
 
     produced: int = 0
     results: int = 0
-    late_results: int = 0
+    stored_results: int = 0
     unavailable: int = 0
     started_at: float = field(default_factory=time.time)
 
@@ -216,8 +223,10 @@ class KafkaLink:
             partitions = consumer.partitions_for_topic(self.reply_topic) or {0}
             tps = [TopicPartition(self.reply_topic, p) for p in sorted(partitions)]
             consumer.assign(tps)
-            for tp in tps:  # from the committed offset (a restart), else the end; fixed now
-                await consumer.position(tp)
+            # from the committed offset (a restart), else the end; committed at once, so a
+            # process that dies before its first commit resumes from here, not the end
+            positions = {tp: await consumer.position(tp) for tp in tps}
+            await consumer.commit(positions)
         except BaseException:
             with contextlib.suppress(Exception):
                 await producer.stop()
@@ -263,12 +272,12 @@ class KafkaLink:
                         log.warning("gateway: skipping malformed result at %s", record.offset)
                         continue
                     self.stats.results += 1
-                    if self.waiters.resolve(result):
-                        continue
-                    if not (result.job_id or "").startswith(FILE_JOB_PREFIX):
+                    if self.waiters.resolve(result) and not (result.job_id or "").startswith(
+                        FILE_JOB_PREFIX
+                    ):
                         late.append(result)
             if late:
-                self.stats.late_results += len(late)
+                self.stats.stored_results += len(late)
                 await self._store.keep_results(late)  # before the commit: at least once
             dirty = dirty or bool(batches)
             if dirty and time.monotonic() - last_commit >= _COMMIT_EVERY_S:

@@ -12,7 +12,9 @@ stay fetchable (``GET /translate/result/<id>``).
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
+import re
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
@@ -46,6 +48,16 @@ def default_instance(settings: Settings) -> str:
     """``<hostname>-<port>``, the default ``gateway.instance_id``."""
     host = "".join(c if c.isalnum() or c in "_-" else "-" for c in socket.gethostname())
     return f"{host[:48]}-{settings.gateway.port}"
+
+
+_TAG = re.compile(r"<[^>]*>")
+
+
+def detection_text(text: str, text_format: str) -> str:
+    """What detection reads: markup's text content (tag names are no language)."""
+    if text_format in ("html", "xml"):
+        return html.unescape(_TAG.sub(" ", text))
+    return text
 
 
 def api_key_message(link: str | None) -> str:
@@ -146,7 +158,8 @@ class Gateway:
         target = call.target
         detected: list[tuple[str, float]] | None = None
         if call.source == AUTO:
-            found = self.detect(call.texts, [*self.languages.sources_for(target), target])
+            texts = [detection_text(t, call.text_format) for t in call.texts]
+            found = self.detect(texts, [*self.languages.sources_for(target), target])
             sources = [d.language or target for d in found]
             detected = [
                 (lang, round(d.confidence * 100, 1)) for lang, d in zip(sources, found, strict=True)
@@ -245,7 +258,7 @@ class Gateway:
     ) -> list[TranslationResult]:
         ids = [r.request_id for r in requests]
         waiters = self.link.waiters
-        futures, new = waiters.expect(ids)
+        futures, new = waiters.expect(ids, durable=call.request_id is not None)
         try:
             stored = await self.store.results(ids) if call.request_id is not None else {}
             for future, rid in zip(futures, ids, strict=True):
@@ -321,7 +334,7 @@ class Gateway:
             "texts": self.stats.texts,
             "produced": link.stats.produced,
             "results": link.stats.results,
-            "late_results": link.stats.late_results,
+            "stored_results": link.stats.stored_results,
             "unavailable": link.stats.unavailable,
             "languages": list(self.languages.tags),
         }
