@@ -158,6 +158,10 @@ def test_discourse_shape(gateway: GatewayProcess) -> None:
     assert answer.json() == {"translatedText": "<p>Thanks for the quick reply!</p>"}
 
 
+EN_XA = {"source": "en", "target": "en-XA"}
+NOT_A_NUMBER = "Invalid request: alternatives parameter is not a number"
+
+
 @pytest.mark.parametrize(
     ("data", "status", "error"),
     [
@@ -166,12 +170,16 @@ def test_discourse_shape(gateway: GatewayProcess) -> None:
         ({"q": "Hi", "source": "en"}, 400, "Invalid request: missing target parameter"),
         ({"q": "Hi", "source": "en", "target": "zz"}, 400, "zz is not supported"),
         ({"q": "Hi", "source": "EN", "target": "de"}, 400, "de is not supported"),
-        ({"q": "Hi", "source": "en", "target": "en-XA", "format": "pdf"}, 400, "pdf format is not supported"),
-        ({"q": "x" * 2001, "source": "en", "target": "en-XA"}, 400, "Invalid request: request (2001) exceeds text limit (2000)"),
-        ({"q": "Hi", "source": "en", "target": "en-XA", "alternatives": "x"}, 400, "Invalid request: alternatives parameter is not a number"),
-        ({"q": "Hi", "source": "en", "target": "en-XA", "api_key": "nope"}, 403, "Invalid API key"),
+        ({"q": "Hi", **EN_XA, "format": "pdf"}, 400, "pdf format is not supported"),
+        (
+            {"q": "x" * 2001, **EN_XA},
+            400,
+            "Invalid request: request (2001) exceeds text limit (2000)",
+        ),
+        ({"q": "Hi", **EN_XA, "alternatives": "x"}, 400, NOT_A_NUMBER),
+        ({"q": "Hi", **EN_XA, "api_key": "nope"}, 403, "Invalid API key"),
     ],
-)  # fmt: skip
+)
 def test_libretranslate_errors(
     gateway: GatewayProcess, data: dict[str, str], status: int, error: str
 ) -> None:
