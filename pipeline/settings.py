@@ -671,7 +671,7 @@ class GatewaySettings(_Section):
     # whether a call needs an API key (`babelstream keys add`); without one it is the
     # anonymous tenant's, with that tenant's quota and fair-share weight (tenants.*)
     require_api_key: bool = False
-    anonymous_tenant: str = Field("anonymous", min_length=1, max_length=64)
+    anonymous_tenant: str = Field("anonymous", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     # shown in the missing-key error ("Visit <link> to get an API key")
     get_api_key_link: str | None = None
     # how long a call waits for its translations before a 504 with its request id

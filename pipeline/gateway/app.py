@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -177,6 +177,15 @@ class Language(BaseModel):
 
 class FileAnswer(BaseModel):
     translatedFileUrl: str
+
+
+class FileForm(BaseModel):
+    """``POST /translate_file`` (multipart)."""
+
+    file: bytes = Field(description="File to translate (.txt, .html, .htm, .md)")
+    source: str = Field(description='Source language code or "auto"')
+    target: str = Field(description="Target language code")
+    api_key: str | None = None
 
 
 class SuggestBody(BaseModel):
@@ -374,6 +383,14 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
         tags=["translate"],
         summary="Translate a File",
         responses=_errors(400, 403, 413, 429, 503, 504),
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "multipart/form-data": {"schema": {"$ref": "#/components/schemas/FileForm"}}
+                },
+            }
+        },
     )
     async def translate_file(request: Request) -> FileAnswer:
         length = request.headers.get("content-length")
@@ -390,7 +407,16 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
         url = await files.translate(upload, fields, tenant, str(request.base_url))
         return FileAnswer(translatedFileUrl=url)
 
-    @app.get("/download_file/{filename}", tags=["translate"], summary="Download a translated file")
+    @app.get(
+        "/download_file/{filename}",
+        tags=["translate"],
+        summary="Download a translated file",
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"application/octet-stream": {}}, "description": "The file"},
+            **_errors(400, 404),
+        },
+    )
     async def download_file(filename: str) -> Response:
         if not limits.files_translation:
             raise ApiError(400, "Files translation are disabled on this server.")
@@ -464,12 +490,32 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
             swagger_favicon_url="/docs/static/favicon-32x32.png",
         )
 
-    _with_schemas(app, [TranslateBody, TranslateForm, DetectBody, SuggestBody])
+    _with_schemas(
+        app, [TranslateBody, TranslateForm, DetectBody, SuggestBody, FileForm], _examples(gateway)
+    )
     app.add_middleware(Cors)
     return app
 
 
-def _with_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+def _examples(gateway: Gateway) -> dict[str, list[dict[str, Any]]]:
+    """Example bodies, in a pair the registry serves (Swagger UI's "try it out" uses them)."""
+    pairs = sorted(gateway.languages.pairs)
+    source, target = pairs[0] if pairs else ("en", "es")
+    call = {"q": "Hello world!", "source": source, "target": target}
+    return {
+        "TranslateBody": [
+            call,
+            {**call, "q": ["Hello world!", "<p>Good <b>morning</b></p>"], "format": "html"},
+            {**call, "source": "auto"},
+        ],
+        "TranslateForm": [call],
+        "DetectBody": [{"q": "Hello world!"}],
+    }
+
+
+def _with_schemas(
+    app: FastAPI, models: list[type[BaseModel]], examples: dict[str, list[dict[str, Any]]]
+) -> None:
     """Put the request bodies' schemas (named by their models) into the generated spec."""
     generate = app.openapi
 
@@ -481,7 +527,15 @@ def _with_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
         for model in models:
             schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             schemas.update(schema.pop("$defs", {}))
+            if model.__name__ in examples:
+                schema["examples"] = examples[model.__name__]
             schemas[model.__name__] = schema
+        # validation errors answer 400 with {"error"} (LibreTranslate's), never FastAPI's 422
+        for operations in spec["paths"].values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
         spec["info"]["x-babelstream-extensions"] = [*EXTENSIONS, "format: markdown, xml"]
         spec["info"]["x-formats"] = list(FORMATS)
         app.openapi_schema = spec

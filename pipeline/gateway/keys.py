@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -26,6 +27,8 @@ from pipeline.messages import now_ms
 KEY_PREFIX = "bs_"
 ID_LENGTH = 12
 TENANT_MAX = 64
+# tenants name quota counters, glossaries and request ids (<tenant>/<id>:<n>)
+TENANT = re.compile(rf"[A-Za-z0-9._-]{{1,{TENANT_MAX}}}")
 
 
 class KeyError_(BabelStreamError):
@@ -67,8 +70,8 @@ class KeyStore:
 
     def add(self, tenant: str, label: str | None = None) -> tuple[str, KeyInfo]:
         """A new key for ``tenant``: (the key, shown only now, and what is stored)."""
-        if not tenant or len(tenant) > TENANT_MAX:
-            raise KeyError_(f"tenant must be 1-{TENANT_MAX} characters, got {tenant!r}")
+        if not TENANT.fullmatch(tenant):
+            raise KeyError_(f"tenant must be 1-{TENANT_MAX} of A-Z a-z 0-9 . _ -, got {tenant!r}")
         api_key = KEY_PREFIX + secrets.token_urlsafe(24)
         hashed = digest(api_key)
         info = KeyInfo(hashed[:ID_LENGTH], tenant, label, now_ms())
