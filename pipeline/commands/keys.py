@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from pipeline.settings import Settings
 
+if TYPE_CHECKING:
+    from pipeline.gateway.keys import KeyStore
 
-def _store(settings: Settings):  # type: ignore[no-untyped-def]
+
+def _store(settings: Settings) -> KeyStore:
     from pipeline.gateway.keys import KeyStore
     from pipeline.redis_client import redis_client
 
@@ -63,10 +67,10 @@ def list_keys(settings: Settings, as_json: bool) -> None:
 @click.pass_obj
 def revoke(settings: Settings, key_or_id: str) -> None:
     """Remove a key, named by its id (from `keys list`) or by the key itself."""
-    from pipeline.gateway.keys import KeyError_
+    from pipeline.gateway.keys import ApiKeyError
 
     try:
         info = _store(settings).revoke(key_or_id)
-    except KeyError_ as exc:
+    except ApiKeyError as exc:
         raise click.BadParameter(str(exc), param_hint="'KEY_OR_ID'") from None
     click.echo(f"revoked {info.id} (tenant {info.tenant})", err=True)

@@ -21,7 +21,7 @@ import redis
 import redis.asyncio
 from cachetools import TTLCache
 
-from pipeline.errors import BabelStreamError
+from pipeline.errors import EXIT_USAGE, BabelStreamError
 from pipeline.messages import now_ms
 
 KEY_PREFIX = "bs_"
@@ -31,8 +31,10 @@ TENANT_MAX = 64
 TENANT = re.compile(rf"[A-Za-z0-9._-]{{1,{TENANT_MAX}}}")
 
 
-class KeyError_(BabelStreamError):
+class ApiKeyError(BabelStreamError):
     """A key command that cannot be done (unknown key id, bad tenant name)."""
+
+    exit_code = EXIT_USAGE
 
 
 def digest(api_key: str) -> str:
@@ -71,7 +73,7 @@ class KeyStore:
     def add(self, tenant: str, label: str | None = None) -> tuple[str, KeyInfo]:
         """A new key for ``tenant``: (the key, shown only now, and what is stored)."""
         if not TENANT.fullmatch(tenant):
-            raise KeyError_(f"tenant must be 1-{TENANT_MAX} of A-Z a-z 0-9 . _ -, got {tenant!r}")
+            raise ApiKeyError(f"tenant must be 1-{TENANT_MAX} of A-Z a-z 0-9 . _ -, got {tenant!r}")
         api_key = KEY_PREFIX + secrets.token_urlsafe(24)
         hashed = digest(api_key)
         info = KeyInfo(hashed[:ID_LENGTH], tenant, label, now_ms())
@@ -84,7 +86,7 @@ class KeyStore:
         return sorted(map(_info, raw.values()), key=lambda k: (k.tenant, k.created_at))
 
     def revoke(self, key_or_id: str) -> KeyInfo:
-        """Remove a key, named by itself or by its id; KeyError_ when none matches."""
+        """Remove a key, named by itself or by its id; ApiKeyError when none matches."""
         raw: dict[bytes, bytes] = self._client.hgetall(self._hash)  # type: ignore[assignment]
         wanted = digest(key_or_id)
         for hashed, value in raw.items():
@@ -92,7 +94,9 @@ class KeyStore:
             if hashed.decode() == wanted or info.id == key_or_id:
                 self._client.hdel(self._hash, hashed)
                 return info
-        raise KeyError_(f"no API key with id or value {key_or_id!r} (see `babelstream keys list`)")
+        raise ApiKeyError(
+            f"no API key with id or value {key_or_id!r} (see `babelstream keys list`)"
+        )
 
 
 class KeyLookup:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import redis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
@@ -117,6 +118,7 @@ class LinkStats:
     produced: int = 0
     results: int = 0
     stored_results: int = 0
+    dropped_results: int = 0
     unavailable: int = 0
     started_at: float = field(default_factory=time.time)
 
@@ -277,8 +279,7 @@ class KafkaLink:
                     ):
                         late.append(result)
             if late:
-                self.stats.stored_results += len(late)
-                await self._store.keep_results(late)  # before the commit: at least once
+                await self._keep(late)  # before the commit: at least once
             dirty = dirty or bool(batches)
             if dirty and time.monotonic() - last_commit >= _COMMIT_EVERY_S:
                 try:
@@ -286,6 +287,20 @@ class KafkaLink:
                     dirty, last_commit = False, time.monotonic()
                 except KafkaError as exc:
                     log.warning("gateway: committing reply offsets failed: %s", exc)
+
+    async def _keep(self, results: list[TranslationResult]) -> None:
+        """Store results nobody waits for; Redis failing, a few tries, then they are dropped
+        (counted and logged: they stay on translate.results) so waiting calls go on."""
+        for attempt in range(3):
+            try:
+                await self._store.keep_results(results)
+                self.stats.stored_results += len(results)
+                return
+            except (redis.RedisError, OSError) as exc:
+                problem = exc
+                await asyncio.sleep(0.2 * (attempt + 1))
+        self.stats.dropped_results += len(results)
+        log.error("gateway: %d results could not be kept (Redis: %s)", len(results), problem)
 
     async def submit(self, requests: Sequence[TranslationRequest], headers: Headers) -> None:
         """Produce ``requests`` and wait for the brokers' acknowledgements.

@@ -17,9 +17,9 @@ import logging
 import re
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -37,6 +37,7 @@ from pipeline.redis_client import async_redis_client
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # where a result of a call that outlived its deadline can be fetched
 RESULT_PATH = "/translate/result/"
@@ -185,7 +186,7 @@ class Gateway:
             item_ids, known, call.as_list, detected, call.alternatives, call.text_format
         )
         if call.request_id is not None:  # a retry after a crash finds it
-            await self.store.keep_call(call_id, pending)
+            await self._redis_call(self.store.keep_call(call_id, pending))
         results = await self._results(call, call_id, requests, headers, pending)
         problem = failure(results)
         if problem is not None:
@@ -260,7 +261,11 @@ class Gateway:
         waiters = self.link.waiters
         futures, new = waiters.expect(ids, durable=call.request_id is not None)
         try:
-            stored = await self.store.results(ids) if call.request_id is not None else {}
+            stored = (
+                await self._redis_call(self.store.results(ids))
+                if call.request_id is not None
+                else {}
+            )
             for future, rid in zip(futures, ids, strict=True):
                 if rid in stored and not future.done():
                     future.set_result(stored[rid])
@@ -282,8 +287,10 @@ class Gateway:
             waiters.release(ids)
         if late:
             # results that came between the timeout and the release have no waiter left
-            await self.store.keep_results([f.result() for f in futures if f.done()])
-            await self.store.keep_call(call_id, pending)
+            await self._redis_call(
+                self.store.keep_results([f.result() for f in futures if f.done()])
+            )
+            await self._redis_call(self.store.keep_call(call_id, pending))
             rid = call_id.split("/", 1)[1]
             raise ApiError(
                 504,
@@ -293,14 +300,25 @@ class Gateway:
             )
         return [f.result() for f in futures]
 
+    async def _redis_call(self, operation: Awaitable[T]) -> T:
+        """A store operation; Redis failing answers 503 with Retry-After."""
+        try:
+            return await operation
+        except (redis.RedisError, OSError) as exc:
+            raise ApiError(
+                503,
+                f"results cannot be kept now (Redis: {exc})",
+                headers={"Retry-After": str(self.settings.gateway.retry_after_s)},
+            ) from None
+
     async def fetch(self, tenant: str, request_id: str) -> tuple[int, dict[str, Any]]:
         """``GET /translate/result/<id>``: 200 with the answer, 202 while pending, or ApiError."""
         call_id = f"{tenant}/{request_id}"
-        pending = await self.store.call(call_id)
+        pending = await self._redis_call(self.store.call(call_id))
         if pending is None:
             raise ApiError(404, f"No call with request id {request_id} (or it expired)")
         ids = [rid for rid in pending.item_ids if rid is not None]
-        found = await self.store.results(ids)
+        found = await self._redis_call(self.store.results(ids))
         missing = [rid for rid in ids if rid not in found]
         if missing:
             return 202, {"requestId": request_id, "status": "pending", "pending": len(missing)}
@@ -335,6 +353,7 @@ class Gateway:
             "produced": link.stats.produced,
             "results": link.stats.results,
             "stored_results": link.stats.stored_results,
+            "dropped_results": link.stats.dropped_results,
             "unavailable": link.stats.unavailable,
             "languages": list(self.languages.tags),
         }

@@ -386,3 +386,33 @@ def test_spec_names_the_extensions_and_misc_routes(gateway: GatewayProcess) -> N
     preflight = requests.options(f"{gateway.url}/translate", timeout=10)
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-methods"] == "GET, POST"
+
+
+def test_keys_commands(settings: Settings) -> None:
+    import json
+    import subprocess
+    import sys
+
+    def keys(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", "keys", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    made = keys("add", "--tenant", "cli-tests", "--label", "made by a test", "--json")
+    assert made.returncode == 0, made.stderr
+    added = json.loads(made.stdout)
+    assert added["api_key"].startswith("bs_") and added["tenant"] == "cli-tests"
+    listed = json.loads(keys("list", "--json").stdout)
+    assert {"id": added["id"], "tenant": "cli-tests"}.items() <= next(
+        k for k in listed if k["id"] == added["id"]
+    ).items()
+    assert added["api_key"] not in keys("list").stdout  # never shown again
+    assert keys("revoke", added["id"]).returncode == 0
+    assert all(k["id"] != added["id"] for k in json.loads(keys("list", "--json").stdout))
+    unknown = keys("revoke", added["id"])
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+    bad = keys("add", "--tenant", "no/slashes")
+    assert bad.returncode == 2 and "tenant must be" in bad.stderr and "Traceback" not in bad.stderr
