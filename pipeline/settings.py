@@ -680,11 +680,12 @@ class GatewaySettings(_Section):
     wait_timeout_ms: int = Field(30_000, ge=100, le=3_600_000)
     # the pipeline deadline of a request (its timeout_ms): at least the call's wait
     request_timeout_ms: int = Field(60_000, ge=100, le=3_600_000)
-    # a produce not acknowledged within this answers 503 with Retry-After (Kafka down)
-    produce_timeout_s: float = Field(0.8, gt=0, le=30)
-    # how often a background probe checks the brokers' TCP port; a failed probe makes
-    # every call answer 503 at once until one succeeds
-    probe_interval_s: float = Field(0.5, gt=0)
+    # how often a background probe checks the brokers' TCP port (and how long it waits for
+    # a connection); a failed probe answers every call 503 at once, those waiting for
+    # acknowledgements too, until a probe succeeds
+    probe_interval_s: float = Field(0.5, gt=0, le=1)
+    # a produce the brokers answer but do not acknowledge within this (overloaded) is a 503
+    produce_timeout_s: float = Field(10.0, gt=0, le=60)
     # Retry-After of a 503
     retry_after_s: int = Field(1, ge=1)
     # request limits, checked before anything is produced (LibreTranslate's char_limit,

@@ -12,9 +12,11 @@ committed only after those results are stored.
 The brokers are probed with a TCP connection every
 ``gateway.probe_interval_s``: while they do not answer, a call fails at
 once (503 with ``Retry-After``) instead of waiting for a client timeout,
-and a produce not acknowledged within ``gateway.produce_timeout_s`` fails
-the same way. If Kafka is down when the gateway starts, it serves 503s
-and connects as soon as the brokers answer.
+and sends already waiting for acknowledgements fail as soon as the probe
+finds the brokers gone; a produce not acknowledged within
+``gateway.produce_timeout_s`` (overloaded brokers) fails the same way. If
+Kafka is down when the gateway starts, it serves 503s and connects as soon
+as the brokers answer.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ class KafkaLink:
         self.problem: str | None = "not connected yet"
         self._tasks: list[asyncio.Task[None]] = []
         self._connected = asyncio.Event()
+        self._down = asyncio.Event()
 
     @property
     def available(self) -> bool:
@@ -150,6 +153,8 @@ class KafkaLink:
     async def start(self) -> None:
         """Probe, then connect in the background (retrying while Kafka is down)."""
         self._reachable = await self._probe()
+        if not self._reachable:
+            self._down.set()
         self._tasks = [
             asyncio.create_task(self._probe_loop(), name="gateway-probe"),
             asyncio.create_task(self._connect_and_consume(), name="gateway-replies"),
@@ -181,7 +186,7 @@ class KafkaLink:
             host, port = split_address(address, 9092)
             try:
                 _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), gateway.produce_timeout_s
+                    asyncio.open_connection(host, port), gateway.probe_interval_s
                 )
             except (OSError, TimeoutError) as exc:
                 problems.append(f"{address}: {exc or 'no answer'}")
@@ -201,6 +206,10 @@ class KafkaLink:
             if reachable != self._reachable:
                 log.warning("Kafka %s", "reachable again" if reachable else f"down: {self.problem}")
             self._reachable = reachable
+            if reachable:
+                self._down.clear()
+            else:
+                self._down.set()  # sends waiting for acknowledgements fail now
 
     async def _connect(self) -> None:
         kafka = self._settings.kafka
@@ -306,29 +315,48 @@ class KafkaLink:
         """Produce ``requests`` and wait for the brokers' acknowledgements.
 
         Raises :class:`KafkaUnavailable` at once while the brokers do not
-        answer, or when the acknowledgements do not come in time.
+        answer (also for sends already waiting when the probe finds them
+        gone), or when the acknowledgements do not come within
+        ``gateway.produce_timeout_s`` (brokers overloaded).
         """
         gateway = self._settings.gateway
         producer = self._producer
         if not self._reachable or producer is None or not self._connected.is_set():
             self.stats.unavailable += 1
             raise KafkaUnavailable(self.problem or "Kafka is not reachable", gateway.retry_after_s)
-        try:
-            async with asyncio.timeout(gateway.produce_timeout_s):
-                sent = [
-                    await producer.send(
-                        REQUESTS_TOPIC,
-                        value=request.to_json(),
-                        key=request.pair.id.encode(),
-                        headers=headers,
-                    )
-                    for request in requests
-                ]
-                await asyncio.gather(*sent)
-        except (TimeoutError, KafkaError) as exc:
+
+        async def send_all() -> None:
+            sent = [
+                await producer.send(
+                    REQUESTS_TOPIC,
+                    value=request.to_json(),
+                    key=request.pair.id.encode(),
+                    headers=headers,
+                )
+                for request in requests
+            ]
+            await asyncio.gather(*sent)
+
+        sending = asyncio.ensure_future(send_all())
+        went_down = asyncio.ensure_future(self._down.wait())
+        done, _ = await asyncio.wait(
+            {sending, went_down},
+            timeout=gateway.produce_timeout_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        went_down.cancel()
+        problem: str | None = None
+        if sending in done:
+            error = sending.exception()
+            problem = None if error is None else f"Kafka did not take the request ({error})"
+        else:
+            sending.cancel()
+            problem = (
+                self.problem or "Kafka is not reachable"
+                if went_down in done
+                else "Kafka did not acknowledge the request in time"
+            )
+        if problem is not None:
             self.stats.unavailable += 1
-            reason = "not acknowledged in time" if isinstance(exc, TimeoutError) else str(exc)
-            raise KafkaUnavailable(
-                f"Kafka did not take the request ({reason})", gateway.retry_after_s
-            ) from None
+            raise KafkaUnavailable(problem, gateway.retry_after_s)
         self.stats.produced += len(requests)
