@@ -712,6 +712,9 @@ class GatewaySettings(_Section):
     # API key lookups (and misses) are cached this long: a revoked key stops working
     # within it
     key_cache_s: float = Field(5.0, ge=0)
+    # the gateway's Redis calls (keys, kept results): under a burst of calls its event
+    # loop is busy, so the worker's cache timeout (redis.socket_timeout_s) is too short
+    redis_timeout_s: float = Field(5.0, gt=0)
 
 
 class DrillSettings(_Section):

@@ -10,6 +10,7 @@ and fair-share weight are its tenant's (``tenants.*`` settings).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -108,11 +109,22 @@ class KeyLookup:
         self._cache: TTLCache[str, str | None] | None = (
             TTLCache(maxsize=10_000, ttl=cache_s, timer=time.monotonic) if cache_s > 0 else None
         )
+        self._lookups: dict[str, asyncio.Future[str | None]] = {}
 
     async def tenant(self, api_key: str) -> str | None:
-        """The key's tenant, or None for an unknown (or revoked) key."""
+        """The key's tenant, or None for an unknown (or revoked) key.
+
+        Concurrent calls with one key share one lookup.
+        """
         if self._cache is not None and api_key in self._cache:
             return self._cache[api_key]
+        running = self._lookups.get(api_key)
+        if running is None:
+            running = self._lookups[api_key] = asyncio.ensure_future(self._lookup(api_key))
+            running.add_done_callback(lambda _: self._lookups.pop(api_key, None))
+        return await asyncio.shield(running)
+
+    async def _lookup(self, api_key: str) -> str | None:
         raw = await self._client.hget(self._hash, digest(api_key))
         tenant = _info(raw).tenant if raw is not None else None
         if self._cache is not None:

@@ -88,7 +88,7 @@ class Gateway:
         self.languages = Languages.from_registry(Registry.load(settings.engine.registry))
         self.detector = LanguageDetector(self.languages.tags)
         self.instance = settings.gateway.instance_id or default_instance(settings)
-        self._redis = async_redis_client(settings.redis)
+        self._redis = async_redis_client(settings.redis, timeout_s=settings.gateway.redis_timeout_s)
         prefix = settings.redis.key_prefix
         self.store = ResultStore(self._redis, prefix, settings.gateway.result_ttl_s)
         self.keys = KeyLookup(self._redis, prefix, settings.gateway.key_cache_s)
