@@ -152,7 +152,7 @@ class KafkaLink:
 
     async def start(self) -> None:
         """Probe, then connect in the background (retrying while Kafka is down)."""
-        self._reachable = await self._probe()
+        self._reachable = bool(await self._probe())
         if not self._reachable:
             self._down.set()
         self._tasks = [
@@ -179,30 +179,44 @@ class KafkaLink:
             with contextlib.suppress(Exception):
                 await self._consumer.stop()
 
-    async def _probe(self) -> bool:
+    async def _probe(self) -> bool | None:
+        """True: a broker accepts connections; False: every one refuses; None: some did not
+        answer in time (a busy event loop can look the same, so one such probe decides
+        nothing)."""
         gateway, kafka = self._settings.gateway, self._settings.kafka
         problems = []
+        silent = False
         for address in kafka.bootstrap_servers.split(","):
             host, port = split_address(address, 9092)
             try:
                 _, writer = await asyncio.wait_for(
                     asyncio.open_connection(host, port), gateway.probe_interval_s
                 )
-            except (OSError, TimeoutError) as exc:
-                problems.append(f"{address}: {exc or 'no answer'}")
+            except TimeoutError:
+                silent = True
+                problems.append(f"{address}: no answer")
+                continue
+            except OSError as exc:
+                problems.append(f"{address}: {exc.strerror or exc}")
                 continue
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
             return True
         self.problem = "Kafka is not reachable (" + "; ".join(problems) + ")"
-        return False
+        return None if silent else False
 
     async def _probe_loop(self) -> None:
         interval = self._settings.gateway.probe_interval_s
+        silent_before = False
         while True:
             await asyncio.sleep(interval)
-            reachable = await self._probe()
+            found = await self._probe()
+            if found is None and not silent_before:
+                silent_before = True  # no answer twice in a row counts as down
+                continue
+            silent_before = False
+            reachable = bool(found)
             if reachable != self._reachable:
                 log.warning("Kafka %s", "reachable again" if reachable else f"down: {self.problem}")
             self._reachable = reachable
