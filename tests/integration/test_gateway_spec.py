@@ -46,7 +46,7 @@ def served(stack: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "BABELSTREAM_GATEWAY__INSTANCE_ID": f"spec-{uuid.uuid4().hex[:8]}",
         "BABELSTREAM_GATEWAY__FILES_DIR": str(files),
         # generated calls that wait should not hold the run up
-        "BABELSTREAM_GATEWAY__WAIT_TIMEOUT_MS": "10000",
+        "BABELSTREAM_GATEWAY__WAIT_TIMEOUT_MS": "5000",
     }
     with (
         WorkerProcess(config, log_path=LOGS / "test-gateway-spec-worker.log"),
