@@ -15,7 +15,7 @@ from pipeline.settings import Settings
 @click.option(
     "--clients",
     type=click.IntRange(1, 1024),
-    default=64,
+    default=512,
     show_default=True,
     help="Concurrent HTTP clients, each sending single-text calls one after another.",
 )
