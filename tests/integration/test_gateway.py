@@ -416,3 +416,28 @@ def test_keys_commands(settings: Settings) -> None:
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
     bad = keys("add", "--tenant", "no/slashes")
     assert bad.returncode == 2 and "tenant must be" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_status_shows_the_gateway(gateway: GatewayProcess, instance: str) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "BABELSTREAM_GATEWAY__PORT": str(gateway.port)},
+    )
+    assert run.returncode == 0, run.stderr
+    (line,) = [c for c in json.loads(run.stdout)["components"] if c["name"] == "gateway"]
+    assert line["running"] and line["address"] == gateway.url
+    assert line["info"]["reply_topic"] == f"translate.replies.gateway.{instance}.0"
+    assert line["detail"].startswith("serving; Kafka available")
+    # its reply consumer commits offsets but is no worker group
+    assert not any(
+        c["name"] == "worker" and "gateway" in c["address"]
+        for c in json.loads(run.stdout)["components"]
+    )
