@@ -46,6 +46,8 @@ COMMANDS: dict[str, str] = {
     "spark": "pipeline.commands.spark:spark",
     "glossary": "pipeline.commands.glossary:glossary",
     "topics": "pipeline.commands.topics:topics",
+    "gateway": "pipeline.commands.gateway:gateway",
+    "keys": "pipeline.commands.keys:keys",
 }
 
 

@@ -7,6 +7,8 @@
   checkpoint last committed a micro-batch (Spark's UI is off, so it has no
   port to ask).
 * Dashboard: its ``/healthz`` page on the configured host and port.
+* Gateway: its ``/babelstream/gateway`` page on the configured host and port
+  (Kafka as it sees it, its reply topic, calls answered).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -185,26 +188,49 @@ def sla_job(settings: Settings) -> ComponentStatus:
     )
 
 
+def _served(
+    name: str, url: str, path: str, timeout_s: float, describe: Callable[[dict[str, Any]], str]
+) -> ComponentStatus:
+    """A component with a status page: ``describe(its JSON)``, or "not running"."""
+    probe = http_probe(f"{url}{path}", timeout_s)
+    if not probe.answered:
+        return ComponentStatus(name, url, False, f"not running ({probe.error})")
+    body = probe.body if isinstance(probe.body, dict) else {}
+    return ComponentStatus(name, url, True, describe(body), body)
+
+
+def _dashboard_line(body: dict[str, Any]) -> str:
+    following = "following" if body.get("following") else "waiting for"
+    return f"serving; {following} {body.get('topic')}, {body.get('records', 0)} windows read"
+
+
 def dashboard(settings: Settings) -> ComponentStatus:
     """The dashboard, if its ``/healthz`` answers."""
     d = settings.dashboard
     url = f"http://{d.host}:{d.port}"
-    probe = http_probe(f"{url}/healthz", settings.stack.probe_timeout_s)
-    if not probe.answered:
-        return ComponentStatus("dashboard", url, False, f"not running ({probe.error})")
-    body = probe.body if isinstance(probe.body, dict) else {}
-    following = "following" if body.get("following") else "waiting for"
-    return ComponentStatus(
-        "dashboard",
-        url,
-        True,
-        f"serving; {following} {body.get('topic')}, {body.get('records', 0)} windows read",
-        body,
+    return _served("dashboard", url, "/healthz", settings.stack.probe_timeout_s, _dashboard_line)
+
+
+def _gateway_line(body: dict[str, Any]) -> str:
+    calls = body.get("calls") or {}
+    answered = ", ".join(f"{code}: {n}" for code, n in calls.items()) or "none yet"
+    return (
+        f"serving; Kafka {body.get('kafka')}, replies on {body.get('reply_topic')}, "
+        f"{body.get('waiting', 0)} waiting, calls {answered}"
+    )
+
+
+def gateway(settings: Settings) -> ComponentStatus:
+    """The HTTP gateway, if its ``/babelstream/gateway`` page answers."""
+    g = settings.gateway
+    url = f"http://{g.host}:{g.port}"
+    return _served(
+        "gateway", url, "/babelstream/gateway", settings.stack.probe_timeout_s, _gateway_line
     )
 
 
 def components(settings: Settings, kafka_up: bool) -> list[ComponentStatus]:
-    """Workers, the SLA job and the dashboard (the first two need Kafka)."""
+    """Workers, the SLA job, the dashboard and the gateway (the first two need Kafka)."""
     out = (
         [*workers(settings), sla_job(settings)]
         if kafka_up
@@ -213,4 +239,4 @@ def components(settings: Settings, kafka_up: bool) -> list[ComponentStatus]:
             ComponentStatus("sla", settings.sla.sink_topic, False, "unknown: Kafka is down"),
         ]
     )
-    return [*out, dashboard(settings)]
+    return [*out, dashboard(settings), gateway(settings)]

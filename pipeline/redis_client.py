@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+import redis.asyncio
 
 from pipeline.settings import RedisSettings
 
@@ -34,3 +35,25 @@ def redis_options(settings: RedisSettings) -> dict[str, Any]:
 def redis_client(settings: RedisSettings) -> redis.Redis:
     """A client for ``settings.url`` (the caller closes it)."""
     return redis.Redis.from_url(settings.url, **redis_options(settings))
+
+
+def async_redis_client(
+    settings: RedisSettings, *, timeout_s: float | None = None, max_connections: int = 32
+) -> redis.asyncio.Redis:
+    """An asyncio client for ``settings.url`` (the caller closes it with ``aclose``).
+
+    ``timeout_s`` replaces the settings' socket timeout (a busy event loop needs
+    longer than the worker's cache does). The pool holds at most
+    ``max_connections``; a burst of callers waits for a free one instead of
+    failing with "Too many connections".
+    """
+    options = redis_options(settings)
+    if timeout_s is not None:
+        options.update(socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        settings.url,
+        max_connections=max_connections,
+        timeout=options["socket_timeout"],
+        **options,
+    )
+    return redis.asyncio.Redis(connection_pool=pool)

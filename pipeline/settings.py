@@ -654,6 +654,69 @@ class BatchingSettings(_Section):
         return self.p95_ms.get(pair_id, self.default_p95_ms)
 
 
+class GatewaySettings(_Section):
+    """The LibreTranslate-compatible HTTP gateway (``babelstream gateway``).
+
+    See docs/guides/gateway.md.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = Field(5000, ge=0, le=65535)
+    # server processes; each has its own Kafka producer and reply topic
+    workers: int = Field(1, ge=1, le=64)
+    # names this gateway's reply topics (<replies.prefix>gateway.<instance>.<process>) and the
+    # group that commits their offsets, so a restarted gateway resumes where it stopped;
+    # default: <hostname>-<port>. Two live gateways must not share it.
+    instance_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    # whether a call needs an API key (`babelstream keys add`); without one it is the
+    # anonymous tenant's, with that tenant's quota and fair-share weight (tenants.*)
+    require_api_key: bool = False
+    anonymous_tenant: str = Field("anonymous", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    # shown in the missing-key error ("Visit <link> to get an API key")
+    get_api_key_link: str | None = None
+    # how long a call waits for its translations before a 504 with its request id
+    # (the result stays fetchable at /translate/result/<id>); the deadline_ms extension
+    # overrides it per call
+    wait_timeout_ms: int = Field(30_000, ge=100, le=3_600_000)
+    # the pipeline deadline of a request (its timeout_ms): at least the call's wait
+    request_timeout_ms: int = Field(60_000, ge=100, le=3_600_000)
+    # how often a background probe checks the brokers' TCP port (and how long it waits for
+    # a connection); a failed probe answers every call 503 at once, those waiting for
+    # acknowledgements too, until a probe succeeds
+    probe_interval_s: float = Field(0.5, gt=0, le=1)
+    # a produce the brokers answer but do not acknowledge within this (overloaded) is a 503
+    produce_timeout_s: float = Field(10.0, gt=0, le=60)
+    # Retry-After of a 503
+    retry_after_s: int = Field(1, ge=1)
+    # request limits, checked before anything is produced (LibreTranslate's char_limit,
+    # batch_limit; -1 there, a bound here): characters per text, texts per list, body bytes
+    char_limit: int = Field(5000, ge=1)
+    batch_limit: int = Field(128, ge=1)
+    max_body_bytes: int = Field(1 << 20, ge=1024)
+    # LibreTranslate's alternatives_limit; the pipeline makes one translation, so
+    # alternatives are always empty lists
+    alternatives_limit: int = Field(3, ge=0)
+    # results that arrived after their caller stopped waiting (or during a restart)
+    # are kept this long in Redis, fetchable by request id
+    result_ttl_s: int = Field(3600, ge=60)
+    # the source language assumed when detection finds none (confidence 0)
+    default_source: str = "en"
+    # POST /suggest: stored in Redis when on; refused as LibreTranslate refuses it when off
+    suggestions: bool = False
+    # POST /translate_file: a bulk job per file, kept in <files_dir>/<job id>/
+    files_translation: bool = True
+    files_dir: Path = PROJECT_ROOT / "var" / "gateway" / "files"
+    max_file_bytes: int = Field(1 << 20, ge=1)
+    # GET /frontend/settings: LibreTranslate's web UI timeout (ms)
+    frontend_timeout_ms: int = Field(500, ge=0)
+    # API key lookups (and misses) are cached this long: a revoked key stops working
+    # within it
+    key_cache_s: float = Field(5.0, ge=0)
+    # the gateway's Redis calls (keys, kept results): under a burst of calls its event
+    # loop is busy, so the worker's cache timeout (redis.socket_timeout_s) is too short
+    redis_timeout_s: float = Field(5.0, gt=0)
+
+
 class DrillSettings(_Section):
     """Fault drills (``babelstream drill``, ``tests/chaos``): traffic, fault lengths, bounds."""
 
@@ -715,6 +778,7 @@ class Settings(BaseSettings):
     fidelity: FidelitySettings = FidelitySettings()
     batching: BatchingSettings = BatchingSettings()
     drill: DrillSettings = DrillSettings()
+    gateway: GatewaySettings = GatewaySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -64,6 +64,9 @@ class JobSpec:
     domain: str | None = None
     text_format: str = "text"
     glossary: str | None = None
+    # read results from this kept topic (shared, filtered by job id) instead of a reply
+    # topic of the job's own: the gateway's file jobs use its process's reply topic
+    reply_topic: str | None = None
 
     def identity(self) -> dict[str, Any]:
         """The manifest fields a job keeps for life (they change translations)."""
@@ -226,7 +229,9 @@ class _Pump:
         bulk, kafka = self._settings.bulk, self._settings.kafka
         bars: dict[str, Any] = dict(enabled=self._progress)
         with (
-            ReplyTopic.for_call(kafka, self._settings.replies, label=self._spec.job_id) as reply,
+            ReplyTopic.for_call(
+                kafka, self._settings.replies, self._spec.reply_topic, label=self._spec.job_id
+            ) as reply,
             JobResults(kafka, self._spec.job_id, reply.name) as source,
             BulkPublisher(kafka, bulk_work_topic(self._model_id)) as sink,
             progress_bar("segments", unit="seg", position=0, **bars) as segments_bar,

@@ -30,6 +30,7 @@ LAZY: dict[str, str] = {
     "bulk-memory": "pipeline.commands.bench_memory:bulk_memory",
     "fairness": "pipeline.commands.bench_fairness:fairness",
     "pairs": "pipeline.commands.bench_pairs:pairs",
+    "gateway": "pipeline.commands.bench_gateway:gateway",
 }
 
 

@@ -1,0 +1,544 @@
+"""The gateway's HTTP API: LibreTranslate's routes, answers and errors, plus named extensions.
+
+FastAPI serves the OpenAPI spec (``/spec``, generated from the pydantic
+models below) and Swagger UI (``/docs``, its files from the
+``swagger-ui-bundle-v2`` package: no CDN). ``/translate`` and ``/detect``
+read JSON bodies, form bodies and query parameters alike, as LibreTranslate
+does, so they parse their fields themselves; the spec documents both body
+types. Every error is LibreTranslate's ``{"error": message}``, and every
+answer carries its CORS headers. Fields and routes that LibreTranslate does
+not have are marked ``x-babelstream-extension`` in the spec.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from pipeline.gateway.calls import (
+    EXTENSIONS,
+    FORMATS,
+    ApiError,
+    missing,
+    over_limit,
+    parse_q,
+    parse_translate,
+)
+from pipeline.gateway.files import FileJobs
+from pipeline.gateway.languages import display_name
+from pipeline.gateway.service import TRACE_HEADERS, Gateway
+from pipeline.messages import Headers
+from pipeline.settings import Settings
+
+EXTENSION: dict[str, Any] = {"x-babelstream-extension": True}
+VERSION = "1.9.6-babelstream"  # LibreTranslate's API version it follows
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# LibreTranslate's CORS headers (its after_request), on every answer
+CORS_HEADERS = [
+    (b"access-control-allow-origin", b"*"),
+    (b"access-control-allow-headers", b"Authorization, Content-Type"),
+    (b"access-control-expose-headers", b"Authorization"),
+    (b"access-control-allow-methods", b"GET, POST"),
+    (b"access-control-allow-credentials", b"true"),
+    (b"access-control-max-age", str(60 * 60 * 24 * 20).encode()),
+]
+
+
+class Cors:
+    """ASGI middleware: CORS headers on every answer; ``OPTIONS`` (preflight) answered 200."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        if scope["method"] == "OPTIONS":
+            headers = [*CORS_HEADERS, (b"allow", b"GET, POST, OPTIONS"), (b"content-length", b"0")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+
+        async def with_cors(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *CORS_HEADERS]
+            await send(message)
+
+        await self._app(scope, receive, with_cors)
+
+
+# -- the spec's models ---------------------------------------------------------------------
+
+
+def _ext(description: str, **kwargs: Any) -> Any:
+    return Field(
+        None, description=f"Extension: {description}", json_schema_extra=EXTENSION, **kwargs
+    )
+
+
+class Term(BaseModel):
+    """An inline glossary term: ``source`` always translated as ``target`` (none: kept)."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: Annotated[str, Field(min_length=1, max_length=256)]
+    target: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+
+class TranslateBody(BaseModel):
+    """``POST /translate`` (JSON). Form bodies carry the same fields (``q`` one string)."""
+
+    q: str | list[str] = Field(description="Text(s) to translate")
+    source: str = Field(description='Source language code or "auto" for auto detection')
+    target: str = Field(description="Target language code")
+    format: Literal["text", "html", "markdown", "xml"] = Field(
+        "text",
+        description="Format of source text: text, html; markdown and xml are extensions",
+    )
+    alternatives: int = Field(0, description="Preferred number of alternative translations")
+    api_key: str | None = Field(None, description="API key")
+    glossary: str | None = _ext("a stored glossary of the key's tenant", max_length=64)
+    terms: list[Term] | None = _ext("inline glossary terms for this call", max_length=256)
+    priority: Literal["interactive", "bulk"] | None = _ext(
+        "interactive (default) or bulk: bulk is served after interactive work"
+    )
+    deadline_ms: int | None = _ext(
+        "how long to wait before answering 504 with the request id", ge=100, le=3_600_000
+    )
+    request_id: str | None = _ext(
+        "idempotency key: a retry with the same id gets the same results",
+        pattern=r"^[A-Za-z0-9._-]{1,48}$",
+    )
+
+
+class TranslateForm(BaseModel):
+    """``POST /translate`` as a form (LibreTranslate's ``formData``)."""
+
+    q: str
+    source: str
+    target: str
+    format: Literal["text", "html", "markdown", "xml"] = "text"
+    alternatives: int = 0
+    api_key: str | None = None
+    glossary: str | None = _ext("a stored glossary of the key's tenant", max_length=64)
+    terms: str | None = _ext("inline glossary terms, as a JSON list")
+    priority: Literal["interactive", "bulk"] | None = _ext("interactive (default) or bulk")
+    deadline_ms: int | None = _ext("milliseconds to wait before a 504", ge=100, le=3_600_000)
+    request_id: str | None = _ext("idempotency key", pattern=r"^[A-Za-z0-9._-]{1,48}$")
+
+
+class DetectedLanguage(BaseModel):
+    confidence: float = Field(ge=0, le=100, description="Confidence value (0-100)")
+    language: str = Field(description="Language code")
+
+
+class TranslateAnswer(BaseModel):
+    translatedText: str | list[str] = Field(description="Translated text(s)")
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None
+    alternatives: list[str] | list[list[str]] | None = None
+
+
+class ErrorAnswer(BaseModel):
+    error: str
+    requestId: str | None = _ext("the call's request id (504)")
+    resultUrl: str | None = _ext("where the result can be fetched (504)")
+
+
+class PendingAnswer(BaseModel):
+    requestId: str
+    status: Literal["pending"]
+    pending: int
+
+
+class DetectBody(BaseModel):
+    q: str | list[str] = Field(description="Text to detect (a list: one answer per text)")
+    api_key: str | None = None
+
+
+class Language(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+class FileAnswer(BaseModel):
+    translatedFileUrl: str
+
+
+class FileForm(BaseModel):
+    """``POST /translate_file`` (multipart)."""
+
+    file: bytes = Field(description="File to translate (.txt, .html, .htm, .md)")
+    source: str = Field(description='Source language code or "auto"')
+    target: str = Field(description="Target language code")
+    api_key: str | None = None
+
+
+class SuggestBody(BaseModel):
+    q: str
+    s: str
+    source: str
+    target: str
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    described = {
+        400: "Invalid request",
+        403: "Invalid API key, or a disabled feature",
+        404: "Unknown request id",
+        409: "Cancelled",
+        413: "Body too large",
+        429: "Slow down: the tenant's quota is used up (Retry-After)",
+        503: "Kafka (or Redis) cannot take the call now (Retry-After)",
+        504: "Not translated within the deadline: fetch the result by request id later",
+    }
+    return {code: {"model": ErrorAnswer, "description": described[code]} for code in codes}
+
+
+def _bodies(json_model: type[BaseModel], form_model: type[BaseModel] | None) -> dict[str, Any]:
+    content: dict[str, Any] = {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{json_model.__name__}"}}
+    }
+    if form_model is not None:
+        ref = {"$ref": f"#/components/schemas/{form_model.__name__}"}
+        content["application/x-www-form-urlencoded"] = {"schema": ref}
+        content["multipart/form-data"] = {"schema": ref}
+    return {"requestBody": {"required": True, "content": content}}
+
+
+# -- reading calls -------------------------------------------------------------------------
+
+
+def _is_json(request: Request) -> bool:
+    """LibreTranslate's ``request.is_json``: application/json or ``+json``."""
+    mime = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return mime == "application/json" or (
+        mime.startswith("application/") and mime.endswith("+json")
+    )
+
+
+async def read_fields(request: Request, max_bytes: int) -> tuple[dict[str, Any], bool]:
+    """A call's fields (JSON body, or query then form, as ``request.values``); size checked."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > max_bytes:
+        raise ApiError(413, f"Invalid request: body exceeds {max_bytes} bytes")
+    if _is_json(request):
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_bytes:
+                raise ApiError(413, f"Invalid request: body exceeds {max_bytes} bytes")
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            raise ApiError(400, "Invalid JSON format") from None
+        if not isinstance(fields, dict):
+            raise ApiError(400, "Invalid JSON format")
+        return fields, True
+    query: dict[str, Any] = {}
+    for key, value in request.query_params.multi_items():
+        query.setdefault(key, value)
+    form: dict[str, Any] = {}
+    if length is not None:  # a form is parsed only with a known (checked) length
+        for key, item in (await request.form()).multi_items():
+            if isinstance(item, str):
+                form.setdefault(key, item)
+    return {**form, **query}, False  # the query's value first, as request.values
+
+
+def _trace_headers(request: Request) -> Headers:
+    return [
+        (name, request.headers[name].encode()) for name in TRACE_HEADERS if name in request.headers
+    ]
+
+
+def _error_response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def create_app(settings: Settings, process: int = 0) -> FastAPI:
+    """The gateway application of one process."""
+    gateway = Gateway(settings, process)
+    files = FileJobs(settings, gateway)
+    limits = settings.gateway
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await gateway.start()
+        try:
+            yield
+        finally:
+            await gateway.stop()
+
+    app = FastAPI(
+        title="LibreTranslate (Babel Stream gateway)",
+        description=(
+            "LibreTranslate's API onto Babel Stream's Kafka path: cross-request batching, "
+            "caches, tenant quotas and SLA figures. Fields and routes marked "
+            "x-babelstream-extension are not LibreTranslate's."
+        ),
+        version=VERSION,
+        license_info={"name": "Apache-2.0"},
+        openapi_url="/spec",
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        gateway.stats.count(exc.status)
+        return _error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][1:]) or "request"
+        return JSONResponse({"error": f"Invalid request: {where}: {first['msg']}"}, status_code=400)
+
+    async def _tenant(fields: dict[str, Any]) -> str:
+        key = fields.get("api_key")
+        return await gateway.tenant(key if isinstance(key, str) else None)
+
+    @app.post(
+        "/translate",
+        tags=["translate"],
+        summary="Translate Text",
+        response_model=TranslateAnswer,
+        response_model_exclude_none=True,
+        responses=_errors(400, 403, 409, 413, 429, 503, 504),
+        openapi_extra=_bodies(TranslateBody, TranslateForm),
+    )
+    async def translate(request: Request) -> JSONResponse:
+        fields, is_json = await read_fields(request, limits.max_body_bytes)
+        tenant = await _tenant(fields)
+        call = parse_translate(fields, is_json, limits, gateway.languages)
+        body = await gateway.translate(call, tenant, _trace_headers(request))
+        gateway.stats.count(200)
+        return JSONResponse(body)
+
+    @app.get(
+        "/translate/result/{request_id}",
+        tags=["translate"],
+        summary="Fetch a translation by request id (extension)",
+        response_model=TranslateAnswer,
+        response_model_exclude_none=True,
+        responses={
+            202: {"model": PendingAnswer, "description": "Not translated yet"},
+            **_errors(400, 403, 404, 409, 429, 503, 504),
+        },
+        openapi_extra=EXTENSION,
+    )
+    async def result(request: Request, request_id: str, api_key: str | None = None) -> JSONResponse:
+        tenant = await gateway.tenant(api_key)
+        status, body = await gateway.fetch(tenant, request_id)
+        return JSONResponse(body, status_code=status)
+
+    @app.get("/languages", tags=["translate"], summary="Get Supported Languages")
+    async def languages() -> list[Language]:
+        return [Language(**entry) for entry in gateway.languages.listing()]
+
+    @app.post(
+        "/detect",
+        tags=["translate"],
+        summary="Detect Language of Text",
+        responses=_errors(400, 403, 413, 503),
+        openapi_extra=_bodies(DetectBody, DetectBody),
+    )
+    async def detect(request: Request) -> list[DetectedLanguage]:
+        fields, is_json = await read_fields(request, limits.max_body_bytes)
+        await _tenant(fields)
+        if fields.get("q") in (None, "", []):
+            raise missing("q")
+        texts, as_list = parse_q(fields, is_json, limits)
+        if as_list:  # extension: one answer per text, each text on its own
+            found = gateway.detect(texts)
+            return [
+                DetectedLanguage(confidence=round(d.confidence * 100, 1), language=d.language or "")
+                for d in found
+            ]
+        return [DetectedLanguage(**d) for d in gateway.ranked(texts[0])]
+
+    @app.post(
+        "/translate_file",
+        tags=["translate"],
+        summary="Translate a File",
+        responses=_errors(400, 403, 413, 429, 503, 504),
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "multipart/form-data": {"schema": {"$ref": "#/components/schemas/FileForm"}}
+                },
+            }
+        },
+    )
+    async def translate_file(request: Request) -> FileAnswer:
+        length = request.headers.get("content-length")
+        if length is None or not length.isdigit() or int(length) > limits.max_file_bytes + 65536:
+            raise ApiError(
+                413, f"Invalid request: a file may have at most {limits.max_file_bytes} bytes"
+            )
+        if not limits.files_translation:
+            raise ApiError(403, "Files translation are disabled on this server.")
+        form = await request.form()
+        fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
+        tenant = await _tenant(fields)
+        upload = form.get("file")
+        url = await files.translate(upload, fields, tenant, str(request.base_url))
+        return FileAnswer(translatedFileUrl=url)
+
+    @app.get(
+        "/download_file/{filename}",
+        tags=["translate"],
+        summary="Download a translated file",
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"application/octet-stream": {}}, "description": "The file"},
+            **_errors(400, 404),
+        },
+    )
+    async def download_file(filename: str) -> Response:
+        if not limits.files_translation:
+            raise ApiError(400, "Files translation are disabled on this server.")
+        return files.download(filename)
+
+    @app.get("/frontend/settings", tags=["misc"], summary="Retrieve Frontend Settings")
+    async def frontend_settings() -> dict[str, Any]:
+        target = gateway.languages.tags[0] if gateway.languages.tags else "en"
+        return {
+            "charLimit": limits.char_limit,
+            "frontendTimeout": limits.frontend_timeout_ms,
+            "apiKeys": True,
+            "keyRequired": limits.require_api_key,
+            "suggestions": limits.suggestions,
+            "filesTranslation": limits.files_translation,
+            "supportedFilesFormat": list(files.suffixes) if limits.files_translation else [],
+            "language": {
+                "source": {"code": "auto", "name": "Auto Detect"},
+                "target": {"code": target, "name": display_name(target)},
+            },
+        }
+
+    @app.post(
+        "/suggest",
+        tags=["misc"],
+        summary="Submit a Suggestion to Improve a Translation",
+        responses=_errors(400, 403, 413),
+        openapi_extra=_bodies(SuggestBody, SuggestBody),
+    )
+    async def suggest(request: Request) -> dict[str, bool]:
+        if not limits.suggestions:
+            raise ApiError(403, "Suggestions are disabled on this server.")
+        fields, _ = await read_fields(request, limits.max_body_bytes)
+        suggestion = {}
+        for name in ("q", "s", "source", "target"):
+            value = fields.get(name)
+            if not isinstance(value, str) or not value:
+                raise missing(name)
+            if len(value) > limits.char_limit:
+                raise over_limit(len(value), limits.char_limit)
+            suggestion[name] = value
+        await gateway.store.keep_suggestion(suggestion)
+        return {"success": True}
+
+    @app.get("/health", tags=["misc"], summary="Health Check")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/babelstream/gateway",
+        tags=["misc"],
+        summary="This gateway process: Kafka, reply topic, counters (extension)",
+        openapi_extra=EXTENSION,
+    )
+    async def gateway_status() -> dict[str, Any]:
+        return dict(gateway.status())
+
+    from swagger_ui_bundle import swagger_ui_path
+
+    app.mount("/docs/static", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        from fastapi.openapi.docs import get_swagger_ui_html
+
+        return get_swagger_ui_html(
+            openapi_url="/spec",
+            title="LibreTranslate API (Babel Stream gateway)",
+            swagger_js_url="/docs/static/swagger-ui-bundle.js",
+            swagger_css_url="/docs/static/swagger-ui.css",
+            swagger_favicon_url="/docs/static/favicon-32x32.png",
+        )
+
+    _with_schemas(
+        app, [TranslateBody, TranslateForm, DetectBody, SuggestBody, FileForm], _examples(gateway)
+    )
+    app.add_middleware(Cors)
+    return app
+
+
+def _examples(gateway: Gateway) -> dict[str, list[dict[str, Any]]]:
+    """Example bodies, in a pair the registry serves (Swagger UI's "try it out" uses them)."""
+    pairs = sorted(gateway.languages.pairs)
+    source, target = pairs[0] if pairs else ("en", "es")
+    call = {"q": "Hello world!", "source": source, "target": target}
+    return {
+        "TranslateBody": [
+            call,
+            {**call, "q": ["Hello world!", "<p>Good <b>morning</b></p>"], "format": "html"},
+            {**call, "source": "auto"},
+        ],
+        "TranslateForm": [call],
+        "DetectBody": [{"q": "Hello world!"}],
+    }
+
+
+def _with_schemas(
+    app: FastAPI, models: list[type[BaseModel]], examples: dict[str, list[dict[str, Any]]]
+) -> None:
+    """Put the request bodies' schemas (named by their models) into the generated spec."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = generate()
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(schema.pop("$defs", {}))
+            if model.__name__ in examples:
+                schema["examples"] = examples[model.__name__]
+            schemas[model.__name__] = schema
+        # validation errors answer 400 with {"error"} (LibreTranslate's), never FastAPI's 422
+        for operations in spec["paths"].values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+        spec["info"]["x-babelstream-extensions"] = [*EXTENSIONS, "format: markdown, xml"]
+        spec["info"]["x-formats"] = list(FORMATS)
+        app.openapi_schema = spec
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]

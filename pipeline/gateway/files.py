@@ -1,0 +1,162 @@
+"""``POST /translate_file``: one uploaded file translated as a bulk job.
+
+Plain text (``.txt``) is cut into sentences, HTML (``.html``, ``.htm``) and
+Markdown (``.md``) are one document each whose markup the fidelity layer
+keeps (so such a file may hold at most ``limits.max_text_bytes`` of
+UTF-8). The job runs at bulk priority (``translate.bulk.<pair>``, behind
+interactive work), reads its results from the gateway process's reply
+topic, and keeps its state under ``gateway.files_dir/<job id>/`` like any
+bulk job (``babelstream bulk status``). The call waits for the job, as
+LibreTranslate's does, then answers the translated file's URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow.parquet as pq
+from fastapi.responses import FileResponse
+from starlette.datastructures import UploadFile
+
+from pipeline.bulk import BulkError
+from pipeline.bulk.readers import CorpusReader
+from pipeline.bulk.runner import JobSpec, run_job
+from pipeline.gateway.calls import ApiError, missing, not_supported
+from pipeline.gateway.languages import display_name
+from pipeline.gateway.link import FILE_JOB_PREFIX
+from pipeline.pairs import Pair
+from pipeline.settings import Settings
+
+if TYPE_CHECKING:
+    from pipeline.gateway.service import Gateway
+
+# file suffix -> how its text is parsed
+SUFFIXES: dict[str, str] = {
+    ".txt": "text",
+    ".html": "html",
+    ".htm": "html",
+    ".md": "markdown",
+}
+_JOB = re.compile(rf"{FILE_JOB_PREFIX}[0-9a-f]{{32}}")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(filename: str) -> str:
+    """A file name without paths or odd characters (werkzeug's ``secure_filename`` in spirit)."""
+    name = _UNSAFE.sub("_", Path(filename).name).strip("._")
+    return name or "file"
+
+
+class FileJobs:
+    """Runs file translations and serves their results."""
+
+    def __init__(self, settings: Settings, gateway: Gateway) -> None:
+        self._settings = settings
+        self._gateway = gateway
+        self._dir = settings.gateway.files_dir
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        return tuple(SUFFIXES)
+
+    async def translate(
+        self, upload: Any, fields: dict[str, Any], tenant: str, base_url: str
+    ) -> str:
+        """Translate an uploaded file; the URL of the translation."""
+        gateway, languages = self._gateway, self._gateway.languages
+        if not isinstance(upload, UploadFile):
+            raise missing("file")
+        source_code, target_code = fields.get("source"), fields.get("target")
+        if not source_code:
+            raise missing("source")
+        if not target_code:
+            raise missing("target")
+        filename = upload.filename or ""
+        if not filename:
+            raise ApiError(400, "Invalid request: empty file")
+        suffix = Path(filename).suffix.lower()
+        if suffix not in SUFFIXES:
+            raise ApiError(400, "Invalid request: file format not supported")
+        auto = source_code.lower() == "auto"
+        source = None if auto else languages.resolve(source_code)
+        if not auto and source is None:
+            raise not_supported(source_code.lower())
+        target = languages.resolve(target_code)
+        if target is None or not languages.sources_for(target):
+            raise not_supported(target_code.lower())
+        limit = self._settings.gateway.max_file_bytes
+        data = await upload.read(limit + 1)
+        if len(data) > limit:
+            raise ApiError(413, f"Invalid request: a file may have at most {limit} bytes")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+        if source is None:
+            among = [*languages.sources_for(target), target]
+            source = gateway.detect([text[:2000]], among)[0].language or target
+        if source != target and not languages.serves(source, target):
+            raise ApiError(
+                400,
+                f"{display_name(target)} ({target}) is not available as a target language "
+                f"from {display_name(source)} ({source})",
+            )
+        if not gateway.link.available:
+            raise ApiError(
+                503,
+                gateway.link.problem or "Kafka is not reachable",
+                headers={"Retry-After": str(self._settings.gateway.retry_after_s)},
+            )
+        job_id = f"{FILE_JOB_PREFIX}{uuid.uuid4().hex}"
+        name = safe_name(filename)
+        job_dir = self._dir / job_id
+        job_dir.mkdir(parents=True, exist_ok=True)
+        source_file = job_dir / f"source{suffix}"
+        source_file.write_bytes(data)
+        if source == target:
+            translated = text
+        else:
+            spec = JobSpec(
+                job_id=job_id,
+                pair=Pair(source, target),
+                output=job_dir / "translated.parquet",
+                inputs=(str(source_file),),
+                fmt="text",
+                tenant=tenant,
+                text_format=SUFFIXES[suffix],
+                reply_topic=gateway.link.reply_topic,
+            )
+            translated = await asyncio.to_thread(self._run, spec, source_file)
+        (job_dir / name).write_text(translated, encoding="utf-8")
+        return f"{base_url.rstrip('/')}/download_file/{job_id}.{name}"
+
+    def _run(self, spec: JobSpec, source_file: Path) -> str:
+        settings = self._settings.model_copy(
+            update={"bulk": self._settings.bulk.model_copy(update={"state_dir": self._dir})}
+        )
+        try:
+            report = run_job(
+                settings, spec, CorpusReader([source_file], fmt="text"), progress=False
+            )
+        except BulkError as exc:
+            raise ApiError(400, f"Cannot translate file: {exc}") from None
+        table = pq.read_table(report.output or "", columns=["translation", "status", "errors"])
+        status = table.column("status")[0].as_py()
+        if status != "ok":
+            errors = table.column("errors")[0].as_py()
+            raise ApiError(400, f"Cannot translate file: {status}: {errors}")
+        return str(table.column("translation")[0].as_py() or "")
+
+    def download(self, filename: str) -> FileResponse:
+        """``GET /download_file/<job id>.<name>``: the translated file, as an attachment."""
+        job_id, _, name = filename.partition(".")
+        if not _JOB.fullmatch(job_id) or not name or safe_name(name) != name:
+            raise ApiError(400, "Invalid filename")
+        path = self._dir / job_id / name
+        if not path.is_file():
+            raise ApiError(404, "No such file (or it expired)")
+        return FileResponse(path, filename=name)

@@ -1,0 +1,443 @@
+"""The HTTP gateway on the real stack, called by real LibreTranslate clients and client shapes.
+
+A worker on the demo model (en <-> en-XA) and a gateway of the test's own;
+libretranslatepy and deep-translator from PyPI, Mastodon's request shape
+(JSON, ``q`` a list, HTML, ``source: auto``) and Discourse's (form bodies,
+``/detect`` first), LibreTranslate's error codes and messages, batching
+across calls, deadlines, a restart and an unreachable Kafka.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from deep_translator import LibreTranslator
+from deep_translator.exceptions import AuthorizationException
+from libretranslatepy import LibreTranslateAPI
+
+from pipeline.demo_model.pseudo import to_pseudo
+from pipeline.gateway.keys import KeyStore
+from pipeline.gateway.process import GatewayProcess
+from pipeline.local_worker import WorkerProcess
+from pipeline.redis_client import redis_client
+from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+
+pytestmark = pytest.mark.integration
+
+LOGS = PROJECT_ROOT / "var" / "log"
+TIGHT_QUOTA = 40
+
+
+@pytest.fixture(scope="module")
+def settings(stack: object) -> Settings:
+    return load_settings()
+
+
+@pytest.fixture(scope="module")
+def worker(settings: Settings) -> Iterator[WorkerProcess]:
+    with WorkerProcess(settings, log_path=LOGS / "test-gateway-worker.log") as w:
+        yield w
+
+
+def gateway_env(files: Path, instance: str) -> dict[str, str]:
+    return {
+        "BABELSTREAM_GATEWAY__INSTANCE_ID": instance,
+        "BABELSTREAM_GATEWAY__FILES_DIR": str(files),
+        "BABELSTREAM_GATEWAY__CHAR_LIMIT": "2000",
+        "BABELSTREAM_GATEWAY__BATCH_LIMIT": "64",
+        "BABELSTREAM_GATEWAY__MAX_BODY_BYTES": "65536",
+        "BABELSTREAM_TENANTS__QUOTA_CHARS": f'{{"tight": {TIGHT_QUOTA}}}',
+    }
+
+
+@pytest.fixture(scope="module")
+def instance() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def files_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gateway-files")
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    settings: Settings, worker: WorkerProcess, instance: str, files_dir: Path
+) -> Iterator[GatewayProcess]:
+    env = gateway_env(files_dir, instance)
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway.log", env=env) as g:
+        yield g
+
+
+@pytest.fixture(scope="module")
+def keys(settings: Settings) -> Iterator[KeyStore]:
+    client = redis_client(settings.redis)
+    yield KeyStore(client, settings.redis.key_prefix)
+    client.close()
+
+
+def post(gateway: GatewayProcess, path: str, **kwargs: object) -> requests.Response:
+    return requests.post(f"{gateway.url}{path}", timeout=60, **kwargs)  # type: ignore[arg-type]
+
+
+def test_libretranslatepy(gateway: GatewayProcess) -> None:
+    lt = LibreTranslateAPI(gateway.url)
+    assert lt.translate("Hello world", "en", "en-XA") == "Ĥéļļö ŵöŕļð"
+    languages = {entry["code"]: entry for entry in lt.languages()}
+    assert languages["en"]["targets"] == ["en-XA"] and languages["en"]["name"] == "English"
+    assert languages["en-XA"]["targets"] == ["en"]
+    assert lt.detect(to_pseudo("Where is the train station?"))[0]["language"] == "en-XA"
+    assert lt.detect("Where is the train station?")[0]["language"] == "en"
+
+
+def test_deep_translator_with_an_api_key(gateway: GatewayProcess, keys: KeyStore) -> None:
+    key, info = keys.add("deep-translator-tests")
+    try:
+        # deep-translator sends its fields as query parameters; it knows "en", not "en-XA"
+        translator = LibreTranslator(
+            source="auto", target="en", api_key=key, custom_url=f"{gateway.url}/"
+        )
+        assert translator.translate(to_pseudo("Hello world")) == "Hello world"
+        with pytest.raises(AuthorizationException):
+            LibreTranslator(
+                source="auto", target="en", api_key="bs_not-a-key", custom_url=f"{gateway.url}/"
+            ).translate(to_pseudo("Hello"))
+    finally:
+        keys.revoke(info.id)
+
+
+def test_mastodon_shape(gateway: GatewayProcess) -> None:
+    # Mastodon: JSON, q a list of HTML fragments, source auto; it reads detectedLanguage[i]
+    q = [
+        "<p>Good <b>morning</b>, world!</p>",
+        f"<p>{to_pseudo('Already pseudo')}</p>",
+        "<p>See you <a href='https://example.org'>tomorrow</a></p>",
+    ]
+    answer = post(
+        gateway,
+        "/translate",
+        json={"q": q, "source": "auto", "target": "en-XA", "format": "html", "api_key": ""},
+    )
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["translatedText"] == [
+        "<p>Ĝööð <b>ɱöŕñîñĝ</b>, ŵöŕļð!</p>",
+        q[1],  # already in the target language: answered as is
+        "<p>Šéé ýöû <a href='https://example.org'>ţöɱöŕŕöŵ</a></p>",
+    ]
+    assert [d["language"] for d in body["detectedLanguage"]] == ["en", "en-XA", "en"]
+    assert all(0 < d["confidence"] <= 100 for d in body["detectedLanguage"])
+    assert answer.headers["access-control-allow-origin"] == "*"
+
+
+def test_discourse_shape(gateway: GatewayProcess) -> None:
+    # Discourse: form bodies, /detect first (reads [0]["language"]), then /translate as HTML
+    text = to_pseudo("Thanks for the quick reply!")
+    detected = post(gateway, "/detect", data={"q": text, "api_key": ""})
+    assert detected.status_code == 200
+    source = detected.json()[0]["language"]
+    assert source == "en-XA"
+    answer = post(
+        gateway,
+        "/translate",
+        data={
+            "q": f"<p>{text}</p>",
+            "source": source,
+            "target": "en",
+            "format": "html",
+            "api_key": "",
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {"translatedText": "<p>Thanks for the quick reply!</p>"}
+
+
+EN_XA = {"source": "en", "target": "en-XA"}
+NOT_A_NUMBER = "Invalid request: alternatives parameter is not a number"
+
+
+@pytest.mark.parametrize(
+    ("data", "status", "error"),
+    [
+        ({"source": "en", "target": "en-XA"}, 400, "Invalid request: missing q parameter"),
+        ({"q": "Hi", "target": "en-XA"}, 400, "Invalid request: missing source parameter"),
+        ({"q": "Hi", "source": "en"}, 400, "Invalid request: missing target parameter"),
+        ({"q": "Hi", "source": "en", "target": "zz"}, 400, "zz is not supported"),
+        ({"q": "Hi", "source": "EN", "target": "de"}, 400, "de is not supported"),
+        ({"q": "Hi", **EN_XA, "format": "pdf"}, 400, "pdf format is not supported"),
+        (
+            {"q": "x" * 2001, **EN_XA},
+            400,
+            "Invalid request: request (2001) exceeds text limit (2000)",
+        ),
+        ({"q": "Hi", **EN_XA, "alternatives": "x"}, 400, NOT_A_NUMBER),
+        ({"q": "Hi", **EN_XA, "api_key": "nope"}, 403, "Invalid API key"),
+    ],
+)
+def test_libretranslate_errors(
+    gateway: GatewayProcess, data: dict[str, str], status: int, error: str
+) -> None:
+    answer = post(gateway, "/translate", data=data)
+    assert (answer.status_code, answer.json()) == (status, {"error": error})
+
+
+def test_limits_are_enforced_before_anything_is_produced(gateway: GatewayProcess) -> None:
+    before = gateway.status() or {}
+    too_many = post(
+        gateway, "/translate", json={"q": ["a"] * 65, "source": "en", "target": "en-XA"}
+    )
+    assert too_many.status_code == 400
+    assert too_many.json()["error"] == "Invalid request: request (65) exceeds text limit (64)"
+    too_big = post(
+        gateway, "/translate", json={"q": "x" * 70_000, "source": "en", "target": "en-XA"}
+    )
+    assert too_big.status_code == 413
+    assert (gateway.status() or {})["produced"] == before["produced"]
+
+
+def test_quota_answers_429_with_retry_after(gateway: GatewayProcess, keys: KeyStore) -> None:
+    key, info = keys.add("tight")
+    try:
+        text = "Hello there, friend"  # 19 characters of a 40-character quota
+        call = {"source": "en", "target": "en-XA", "api_key": key}
+        assert post(gateway, "/translate", json={"q": text, **call}).status_code == 200
+        assert post(gateway, "/translate", json={"q": text, **call}).status_code == 200
+        refused = post(gateway, "/translate", json={"q": text, **call})
+        assert refused.status_code == 429
+        assert refused.json()["error"].startswith("Slowdown:")
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    finally:
+        keys.revoke(info.id)
+
+
+def test_a_list_is_one_request_per_text_in_order(gateway: GatewayProcess) -> None:
+    texts = [f"Item number {n} of the list" for n in range(12)]
+    answer = post(gateway, "/translate", json={"q": texts, "source": "en", "target": "en-XA"})
+    assert answer.status_code == 200
+    assert answer.json()["translatedText"] == [to_pseudo(t) for t in texts]
+
+
+def test_concurrent_single_text_calls_meet_in_engine_batches(
+    gateway: GatewayProcess, worker: WorkerProcess
+) -> None:
+    before = worker.stats()["engine_batch_sizes"]
+    texts = [f"Concurrent call {uuid.uuid4().hex[:6]} number {n}" for n in range(48)]
+    with concurrent.futures.ThreadPoolExecutor(48) as pool:
+        answers = list(
+            pool.map(
+                lambda t: post(
+                    gateway, "/translate", data={"q": t, "source": "en", "target": "en-XA"}
+                ),
+                texts,
+            )
+        )
+    assert all(a.status_code == 200 for a in answers)
+    after = worker.stats()["engine_batch_sizes"]
+    sizes = {int(k): v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
+    # 48 texts in far fewer engine calls (the demo model is quick: calls stay small)
+    assert sum(sizes.values()) <= len(texts) / 3, sizes
+
+
+def test_a_deadline_answers_504_and_the_result_is_fetched_later(gateway: GatewayProcess) -> None:
+    texts = [
+        f"Sentence {n} is long enough to keep the model busy for a while, surely."
+        for n in range(40)
+    ]
+    answer = post(
+        gateway,
+        "/translate",
+        json={"q": texts, "source": "en", "target": "en-XA", "deadline_ms": 100},
+    )
+    assert answer.status_code == 504
+    body = answer.json()
+    url = f"{gateway.url}{body['resultUrl']}"
+    assert body["requestId"] in url
+    deadline = time.monotonic() + 60
+    while (fetched := requests.get(url, timeout=10)).status_code == 202:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    assert fetched.status_code == 200
+    assert fetched.json()["translatedText"] == [to_pseudo(t) for t in texts]
+
+
+def test_a_restart_loses_no_accepted_call(
+    settings: Settings, gateway: GatewayProcess, instance: str, files_dir: Path
+) -> None:
+    env = gateway_env(files_dir, f"{instance}-restart")
+    texts = [f"Accepted before the crash, line {n}." for n in range(30)]
+    call_id = f"restart-{uuid.uuid4().hex[:8]}"
+    first = GatewayProcess(settings, log_path=LOGS / "test-gateway-restart.log", env=env).start()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            post,
+            first,
+            "/translate",
+            json={"q": texts, "source": "en", "target": "en-XA", "request_id": call_id},
+        )
+        deadline = time.monotonic() + 30
+        while (status := first.status() or {}).get("produced", 0) < len(texts):
+            assert time.monotonic() < deadline, status
+            time.sleep(0.02)
+        first.kill()  # accepted (produced) but never answered
+        with pytest.raises(requests.ConnectionError):
+            pending.result()
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-restart.log", env=env) as second:
+        url = f"{second.url}/translate/result/{call_id}"
+        deadline = time.monotonic() + 60
+        while (fetched := requests.get(url, timeout=10)).status_code == 202:
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        assert fetched.status_code == 200, fetched.text
+        assert fetched.json()["translatedText"] == [to_pseudo(t) for t in texts]
+        # the same call again (an idempotent retry) is answered from what was kept
+        again = post(
+            second,
+            "/translate",
+            json={"q": texts, "source": "en", "target": "en-XA", "request_id": call_id},
+        )
+        assert again.json()["translatedText"] == [to_pseudo(t) for t in texts]
+        assert (second.status() or {})["produced"] == 0
+
+
+def test_kafka_unreachable_answers_503_within_a_second(
+    settings: Settings, files_dir: Path, instance: str
+) -> None:
+    env = {
+        **gateway_env(files_dir, f"{instance}-nokafka"),
+        "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1",
+    }
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-nokafka.log", env=env).start(
+        wait_kafka=False
+    ) as down:
+        began = time.monotonic()
+        answer = post(down, "/translate", json={"q": "Hello", "source": "en", "target": "en-XA"})
+        assert time.monotonic() - began < 1.0
+        assert answer.status_code == 503
+        assert answer.headers["Retry-After"] == "1"
+        assert "Kafka" in answer.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "expected"),
+    [
+        ("notes.txt", "Hello world.\nWhere is the train station?\n", None),
+        ("page.html", "<p>Hello <b>world</b></p>", "<p>Ĥéļļö <b>ŵöŕļð</b></p>"),
+        ("readme.md", "# Hello\n\nSee *you* soon.\n", "# Ĥéļļö\n\nŠéé *ýöû* šööñ.\n"),
+    ],
+)
+def test_translate_file(
+    gateway: GatewayProcess, name: str, content: str, expected: str | None
+) -> None:
+    answer = post(
+        gateway,
+        "/translate_file",
+        files={"file": (name, content.encode())},
+        data={"source": "en", "target": "en-XA"},
+    )
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["translatedFileUrl"]
+    assert url.endswith(f".{name}")
+    downloaded = requests.get(url, timeout=10)
+    assert downloaded.status_code == 200
+    assert downloaded.headers["content-disposition"].endswith(f'filename="{name}"')
+    assert downloaded.text == (expected if expected is not None else to_pseudo(content))
+
+
+def test_file_errors(gateway: GatewayProcess) -> None:
+    bad = post(
+        gateway,
+        "/translate_file",
+        files={"file": ("x.pdf", b"%PDF")},
+        data={"source": "en", "target": "en-XA"},
+    )
+    assert bad.json() == {"error": "Invalid request: file format not supported"}
+    assert requests.get(f"{gateway.url}/download_file/..%2Fsecret", timeout=10).status_code in (
+        400,
+        404,
+    )
+
+
+def test_spec_names_the_extensions_and_misc_routes(gateway: GatewayProcess) -> None:
+    spec = requests.get(f"{gateway.url}/spec", timeout=10).json()
+    body = spec["components"]["schemas"]["TranslateBody"]["properties"]
+    for name in ("glossary", "terms", "priority", "deadline_ms", "request_id"):
+        assert body[name]["x-babelstream-extension"] is True
+    assert "x-babelstream-extension" not in body["q"]
+    assert spec["paths"]["/translate/result/{request_id}"]["get"]["x-babelstream-extension"]
+    docs = requests.get(f"{gateway.url}/docs", timeout=10)
+    assert "/docs/static/swagger-ui-bundle.js" in docs.text
+    assert requests.get(f"{gateway.url}/docs/static/swagger-ui-bundle.js", timeout=10).ok
+    assert requests.get(f"{gateway.url}/health", timeout=10).json() == {"status": "ok"}
+    settings = requests.get(f"{gateway.url}/frontend/settings", timeout=10).json()
+    assert settings["charLimit"] == 2000 and settings["supportedFilesFormat"]
+    refused = post(
+        gateway, "/suggest", data={"q": "a", "s": "b", "source": "en", "target": "en-XA"}
+    )
+    assert (refused.status_code, refused.json()) == (
+        403,
+        {"error": "Suggestions are disabled on this server."},
+    )
+    preflight = requests.options(f"{gateway.url}/translate", timeout=10)
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-methods"] == "GET, POST"
+
+
+def test_keys_commands(settings: Settings) -> None:
+    import json
+    import subprocess
+    import sys
+
+    def keys(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline", "keys", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    made = keys("add", "--tenant", "cli-tests", "--label", "made by a test", "--json")
+    assert made.returncode == 0, made.stderr
+    added = json.loads(made.stdout)
+    assert added["api_key"].startswith("bs_") and added["tenant"] == "cli-tests"
+    listed = json.loads(keys("list", "--json").stdout)
+    assert {"id": added["id"], "tenant": "cli-tests"}.items() <= next(
+        k for k in listed if k["id"] == added["id"]
+    ).items()
+    assert added["api_key"] not in keys("list").stdout  # never shown again
+    assert keys("revoke", added["id"]).returncode == 0
+    assert all(k["id"] != added["id"] for k in json.loads(keys("list", "--json").stdout))
+    unknown = keys("revoke", added["id"])
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+    bad = keys("add", "--tenant", "no/slashes")
+    assert bad.returncode == 2 and "tenant must be" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_status_shows_the_gateway(gateway: GatewayProcess, instance: str) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "BABELSTREAM_GATEWAY__PORT": str(gateway.port)},
+    )
+    assert run.returncode == 0, run.stderr
+    (line,) = [c for c in json.loads(run.stdout)["components"] if c["name"] == "gateway"]
+    assert line["running"] and line["address"] == gateway.url
+    assert line["info"]["reply_topic"] == f"translate.replies.gateway.{instance}.0"
+    assert line["detail"].startswith("serving; Kafka available")
+    # its reply consumer commits offsets but is no worker group
+    assert not any(
+        c["name"] == "worker" and "gateway" in c["address"]
+        for c in json.loads(run.stdout)["components"]
+    )
