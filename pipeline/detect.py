@@ -26,7 +26,7 @@ confidence 0.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lingua import IsoCode639_1, IsoCode639_3, Language, LanguageDetectorBuilder
@@ -155,6 +155,28 @@ class LanguageDetector:
         """One detection per text, each text on its own (a list is not one language)."""
         candidates = None if among is None else set(among)
         return [self.detect(text, candidates) for text in texts]
+
+
+class SourceDetector:
+    """The source language of a request sent with ``source_lang: auto``.
+
+    Detected among the languages some model translates into the request's
+    target (``sources_for``), out of ``languages`` (every one the deployment
+    serves). lingua's models load on the first call, so a router that never
+    sees ``auto`` pays nothing for them.
+    """
+
+    def __init__(
+        self, languages: Iterable[str], sources_for: Callable[[str], Iterable[str]]
+    ) -> None:
+        self._languages = tuple(languages)
+        self._sources_for = sources_for
+        self._detector: LanguageDetector | None = None
+
+    def __call__(self, text: str, target: str) -> Detection:
+        if self._detector is None:
+            self._detector = LanguageDetector(self._languages)
+        return self._detector.detect(text, among=self._sources_for(target))
 
 
 def accuracy(

@@ -103,13 +103,28 @@ class GlossaryHit(BaseModel):
     count: Annotated[int, Field(ge=1)]
 
 
+# source_lang of a request whose language the router detects (among the languages a model
+# serves towards its target) before sending it on
+AUTO_LANGUAGE: Final = "auto"
+
+
+class SourceDetection(BaseModel):
+    """The source language the router detected for a request sent with ``source_lang: auto``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, regex_engine="python-re")
+
+    language: LangTag
+    confidence: Annotated[float, Field(ge=0.0, le=1.0)]
+
+
 class TranslationRequest(_Message):
     """A request to translate one text (or one segment of a bulk document)."""
 
     schema_name: ClassVar[str] = "translation_request"
 
     request_id: Identifier
-    source_lang: LangTag
+    # a BCP-47 tag, or "auto": the router detects it and records how sure it was
+    source_lang: LangTag | Literal["auto"]
     target_lang: LangTag
     text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
     submitted_at: EpochMs
@@ -127,6 +142,8 @@ class TranslationRequest(_Message):
     glossary: ShortLabel | None = None
     # terms for this request only, applied with (and before) the named glossary's
     terms: Annotated[list[GlossaryTerm], Field(max_length=MAX_INLINE_TERMS)] | None = None
+    # set by the router when it detected the source language (source_lang was "auto")
+    detected: SourceDetection | None = None
 
     @property
     def pair(self) -> Pair:
@@ -147,7 +164,7 @@ class TranslationResult(_Message):
     schema_name: ClassVar[str] = "translation_result"
 
     request_id: Identifier
-    source_lang: LangTag
+    source_lang: LangTag | Literal["auto"]
     target_lang: LangTag
     pair: Annotated[str, Field(min_length=3, max_length=71)]
     status: Status
@@ -174,6 +191,8 @@ class TranslationResult(_Message):
     fidelity: Fidelity | None = None
     glossary_hits: list[GlossaryHit] | None = None
     glossary_version: Count | None = None
+    # the source language the router detected, when the request asked for "auto"
+    detected: SourceDetection | None = None
 
     @classmethod
     def for_request(
@@ -199,6 +218,7 @@ class TranslationResult(_Message):
             job_id=request.job_id,
             doc_id=request.doc_id,
             segment_index=request.segment_index,
+            detected=request.detected,
             **fields,
         )
 

@@ -19,11 +19,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from pipeline.codec import RecordRef, Rejected, decode_request
+from pipeline.detect import Detection
 from pipeline.digest import content_digest
 from pipeline.fidelity.keys import fidelity_variant
 from pipeline.messages import (
+    AUTO_LANGUAGE,
     DeadLetter,
     Headers,
+    SourceDetection,
     TranslationRequest,
     TranslationResult,
     now_ms,
@@ -74,11 +77,15 @@ class Router:
         limits: LimitSettings,
         worker: str = "router",
         hint: str = "",
+        detect: Callable[[str, str], Detection] | None = None,
     ) -> None:
+        """``detect``: the source language of a text towards a target, for requests sent
+        with ``source_lang: auto`` (None: such requests are answered as unsupported)."""
         self._model_of = model_of
         self._limits = limits
         self._worker = worker
         self._hint = hint
+        self._detect = detect
 
     def route(
         self, key: bytes | None, value: bytes | None, ref: RecordRef, headers: Headers
@@ -97,6 +104,22 @@ class Router:
         return [self._accepted(decoded.request, headers)]
 
     def _accepted(self, request: TranslationRequest, headers: Headers) -> Outgoing:
+        if request.source_lang == AUTO_LANGUAGE and self._detect is not None:
+            found = self._detect(request.text, request.target_lang)
+            if found.language is None:
+                result = TranslationResult.for_request(
+                    request,
+                    status="error",
+                    error=f"could not tell the language of the text among those translated "
+                    f"into {request.target_lang}; send its source_lang",
+                    reason="language_not_detected",
+                    worker=self._worker,
+                )
+                return Outgoing.for_result(result, headers, "unsupported", request.reply_to)
+            detected = SourceDetection(language=found.language, confidence=found.confidence)
+            request = request.model_copy(
+                update={"source_lang": found.language, "detected": detected}
+            )
         model_id = self._model_of(request.pair)
         if model_id is None:
             result = TranslationResult.for_request(

@@ -29,6 +29,7 @@ from faust.types import StreamT
 from pipeline import metrics
 from pipeline.cache import TwoLevelCache
 from pipeline.dashboard.server import SlaFeed
+from pipeline.detect import Detection
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import cost_of
 from pipeline.engine.registry import ModelEntry
@@ -332,6 +333,7 @@ def create_app(
     ctx: WorkerContext,
     served: Sequence[ServedModel],
     deployment: Callable[[Pair], str | None],
+    detect: Callable[[str, str], Detection] | None = None,
     *,
     app_id: str = "babelstream",
     with_router: bool = True,
@@ -342,7 +344,9 @@ def create_app(
 
     ``deployment`` gives the model id serving a pair anywhere in the deployment
     (the router forwards to models that other worker groups serve), or None;
-    ``served`` are the models this process translates with.
+    ``detect`` the source language of a text towards a target (requests sent
+    with ``source_lang: auto``); ``served`` are the models this process
+    translates with.
     """
     s = ctx.settings
     w = s.worker
@@ -388,6 +392,7 @@ def create_app(
             worker=ctx.worker_name,
             hint=f" in {s.engine.registry} (add a model that serves it: "
             "`babelstream models convert ... --pair SRC_TGT`)",
+            detect=detect,
         )
         probe_pair = next((m.model.any_entry().pair for m in served), Pair("en", "de"))
         runner = BatchRunner(

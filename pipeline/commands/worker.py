@@ -126,6 +126,7 @@ def worker(
     Prometheus metrics are served at /metrics on observability.metrics_port (9464).
     ``kill -USR1 PID`` logs every thread's stack and every asyncio task (mode's handler).
     """
+    from pipeline.detect import SourceDetector
     from pipeline.engine.translator import CTranslate2Translator
     from pipeline.metrics import start_metrics_server
     from workers.app import ServedModel, WorkerContext, create_app
@@ -195,6 +196,7 @@ def worker(
         ctx,
         served,
         deployment,
+        SourceDetector(registry.languages(), registry.sources_for),
         app_id=app_id,
         with_router=with_router,
         instance_id=instance_id,

@@ -384,6 +384,24 @@ class Registry:
     def pair_count(self) -> int:
         return sum(m.pair_count() for m in self.models.values())
 
+    def languages(self) -> set[str]:
+        """Every language some model translates from or to."""
+        found = {lang for pid in self._by_pair for lang in pid.split("_")}
+        for model in self._multilingual:
+            assert model.languages is not None
+            found |= model.languages.sources | model.languages.targets
+        return found
+
+    def sources_for(self, target: str) -> set[str]:
+        """The languages some model translates into ``target`` from."""
+        found = {pid.split("_")[0] for pid in self._by_pair if pid.split("_")[1] == target}
+        for model in self._multilingual:
+            spec = model.languages
+            assert spec is not None
+            if target in spec.targets:
+                found |= spec.sources - {target}
+        return found
+
     @cached_property
     def pairs(self) -> Mapping[str, PairEntry]:
         """Every pair's entry, by pair id (multilingual models expanded: may be large)."""

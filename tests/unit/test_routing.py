@@ -7,6 +7,7 @@ import json
 import pytest
 
 from pipeline.codec import RecordRef
+from pipeline.detect import Detection
 from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
 from pipeline.pairs import Pair
 from pipeline.routing import Outgoing, Router
@@ -154,3 +155,32 @@ def test_invalid_fields_of_a_rejected_request_are_replaced_or_left_out() -> None
 def test_unsupported_version_with_an_id_is_answered() -> None:
     _, reply = ROUTER.route(None, request(request_id="v2", schema_version=2), REF, [])
     assert TranslationResult.from_json(reply.value).reason == "unsupported_version"
+
+
+def test_a_request_for_auto_is_routed_by_its_detected_language() -> None:
+    asked: list[tuple[str, str]] = []
+
+    def detect(text: str, target: str) -> Detection:
+        asked.append((text, target))
+        return Detection("en-XA" if "é" in text else None, 0.97 if "é" in text else 0.0)
+
+    router = Router(model_of, LimitSettings(), detect=detect)
+    (out,) = router.route(
+        None, request(source_lang="auto", target_lang="en", text="Ĥéļļö"), REF, []
+    )
+    assert (out.kind, out.topic) == ("routed", "translate.work.demo-v1")
+    sent = TranslationRequest.from_json(out.value)
+    assert sent.source_lang == "en-XA" and sent.pair.id == "en-XA_en"
+    assert sent.detected is not None and (sent.detected.language, sent.detected.confidence) == (
+        "en-XA",
+        0.97,
+    )
+    assert asked == [("Ĥéļļö", "en")]
+    (unknown,) = router.route(None, request(source_lang="auto", text="12345"), REF, [])
+    result = TranslationResult.from_json(unknown.value)
+    assert (unknown.kind, result.status, result.reason) == (
+        "unsupported",
+        "error",
+        "language_not_detected",
+    )
+    assert result.source_lang == "auto"
