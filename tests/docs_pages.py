@@ -18,8 +18,9 @@ DOCS = PROJECT_ROOT / "docs"
 # pages that record the past as it was (their commands and settings may be gone since)
 HISTORICAL = {DOCS / "performance" / "history.md", DOCS / "changelog.md"}
 
-_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
-# blocks marked as shell; unmarked blocks show output
+_FENCE = re.compile(r"^```([^\n]*)\n(.*?)^```", re.M | re.S)
+# blocks marked as shell; unmarked blocks show output (a command shown in one is checked);
+# blocks marked as text are a program's output verbatim, never a command
 _SHELL_FENCE = re.compile(r"^```(?:sh|bash|shell)\n(.*?)^```", re.M | re.S)
 _INLINE = re.compile(r"`([^`]*babelstream [^`]*)`")
 _PROGRAM = re.compile(r"^(?:\S*/)?babelstream$")
@@ -33,8 +34,8 @@ def current_pages() -> list[Path]:
 
 
 def code_blocks(text: str) -> list[str]:
-    """The fenced code blocks of a Markdown text."""
-    return list(_FENCE.findall(text))
+    """The fenced code blocks of a Markdown text, but for those marked ``text``."""
+    return [body for info, body in _FENCE.findall(text) if info.strip() != "text"]
 
 
 @dataclass(frozen=True)

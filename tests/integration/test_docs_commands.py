@@ -42,6 +42,8 @@ NOT_RUN: dict[str, str] = {
     ".venv/bin/babelstream sla  ": "the SLA job until Ctrl-C; the --until-idle form is run",
     ".venv/bin/babelstream dlq replay --id": "publishes dead letters again",
     ".venv/bin/babelstream dlq quarantine release": "publishes a quarantined record again",
+    ".venv/bin/babelstream topics migrate --group": "copies records and commits a group's offsets "
+    "(the group's workers must be stopped); the --dry-run form is run",
     "echo <request-id>": "a placeholder id",
     ".venv/bin/babelstream bulk status <job-id>": "a placeholder job id",
 }
