@@ -97,7 +97,7 @@ def _ranges(partitions: list[int]) -> str:
 
 
 def worker_status(group: Group, timeout_s: float) -> ComponentStatus:
-    """One consumer group: pairs, members with their partitions and readiness, lag."""
+    """One consumer group: models, members with their partitions and readiness, lag."""
     members = []
     ready = 0
     for m in group.members:

@@ -21,7 +21,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from pipeline.engine.registry import Registry
-from pipeline.errors import ContractError
+from pipeline.errors import ConfigError, ContractError
 from pipeline.kafka_clients import admin_client, kafka_python_options
 from pipeline.pairs import (
     LEGACY_BULK_PREFIX,
@@ -98,6 +98,8 @@ def migrate(settings: Settings, group: str, *, dry_run: bool = False) -> Migrati
     migration = Migration(group, legacy_topics(settings))
     if not migration.topics:
         return migration
+    if not dry_run:
+        _refuse_if_active(settings, group)
     consumer = KafkaConsumer(
         **kafka_python_options(settings.kafka, "migrate"),
         group_id=group,
@@ -115,6 +117,20 @@ def migrate(settings: Settings, group: str, *, dry_run: bool = False) -> Migrati
         if producer is not None:
             producer.close(timeout=10)
     return migration
+
+
+def _refuse_if_active(settings: Settings, group: str) -> None:
+    """ConfigError when ``group`` has members: it could not commit past what was copied."""
+    admin = admin_client(settings.kafka, "migrate")
+    try:
+        members = admin.describe_groups([group]).get(group, {}).get("members", [])
+    finally:
+        admin.close()
+    if members:
+        raise ConfigError(
+            f"group {group} has {len(members)} member(s) running; stop its workers (and wait "
+            "for their session to time out) before migrating, then start the new ones"
+        )
 
 
 def _move(

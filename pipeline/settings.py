@@ -207,7 +207,8 @@ class LimitSettings(_Section):
 
 
 class EngineSettings(_Section):
-    # the model registry: pair -> model directory, tokenizers, prefixes (models/registry.toml)
+    # the model registry: each model once, the pairs it serves, tokenizers, prefixes
+    # (models/registry.toml)
     registry: Path = PROJECT_ROOT / "models" / "registry.toml"
     # auto (a GPU when CTranslate2 sees one), cpu or cuda
     device: str = "auto"
@@ -329,8 +330,8 @@ class WorkerSettings(_Section):
     # a batch failing (and retried) for longer than this makes the worker not ready,
     # with the agent, attempts, exception class and first record on its readiness page
     stall_report_s: float = Field(30.0, gt=0)
-    # heartbeat per served pair to translate.ticks (pipeline.ticks.TickSource), so the SLA
-    # job's windows close while a pair is quiet; 0 disables it
+    # one heartbeat per worker to translate.ticks (pipeline.ticks.TickSource), so the SLA
+    # job's windows close while pairs are quiet; 0 disables it
     tick_interval_s: float = Field(5.0, ge=0)
 
     def in_flight(self, replicas: int) -> int:
@@ -627,7 +628,7 @@ class FidelitySettings(_Section):
 class BatchingSettings(_Section):
     """How workers shape engine calls (``pipeline/engine/adaptive.py``, ``batching.py``)."""
 
-    # adjust max_wait, batch size and token budget per pair from the latency
+    # adjust max_wait, batch size and token budget per model from the latency
     # objective, queueing delay, engine time and the SLA job's windows
     adaptive: bool = False
     # the latency objective (P95, ms) per pair id; others get default_p95_ms
@@ -819,6 +820,15 @@ def setting_variables() -> dict[str, str]:
     return {variable: setting for variable, setting, _ in _setting_fields()}
 
 
+# settings of releases before 0.2 that were renamed or removed, and what to use instead
+RETIRED: dict[str, str] = {
+    "BABELSTREAM_KAFKA__PAIR_PARTITIONS": "renamed BABELSTREAM_KAFKA__WORK_PARTITIONS in 0.2 "
+    "(work topics are per model)",
+    "BABELSTREAM_STACK__PAIRS": "removed in 0.2: `babelstream up` creates the work topics of "
+    "every model in the registry",
+}
+
+
 def check_environment(environ: Mapping[str, str]) -> None:
     """Refuse a ``BABELSTREAM_*`` variable that names no setting, naming the closest one.
 
@@ -842,6 +852,8 @@ def check_environment(environ: Mapping[str, str]) -> None:
             or upper.startswith(dicts)
         ):
             continue
+        if upper in RETIRED:
+            raise ConfigError(f"setting {name} was {RETIRED[upper]}")
         close = difflib.get_close_matches(upper, sorted(valid), n=1, cutoff=0.6)
         hint = (
             f"did you mean {close[0]}?"

@@ -30,8 +30,9 @@ def migrate(settings: Settings, group: str, dry_run: bool, as_json: bool) -> Non
     (translate.requests.<pair>, translate.bulk.<pair>, releases before 0.2) to the work
     topics of the models that serve their pairs, then commit the group past them.
 
-    Run it once after upgrading, with the old workers stopped; running it again copies
-    nothing twice. Records of a pair no model serves stay where they are (reported).
+    Run it once after upgrading, with the group's workers stopped (it refuses while the
+    group has members); running it again copies nothing twice. Records of a pair no
+    model serves stay where they are (reported).
     The old topics are left in place: delete them once this reports nothing waiting.
     """
     from pipeline.migrate import migrate as run

@@ -558,7 +558,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "kill-broker",
-            "SIGKILL the broker leading the pair topic; restart it after the outage",
+            "SIGKILL the broker leading the pair's work topic; restart it after the outage",
             kill_pair_leader_broker,
             unavailable=_needs_replicas,
         ),

@@ -3,7 +3,7 @@
 Plain text (``.txt``) is cut into sentences, HTML (``.html``, ``.htm``) and
 Markdown (``.md``) are one document each whose markup the fidelity layer
 keeps (so such a file may hold at most ``limits.max_text_bytes`` of
-UTF-8). The job runs at bulk priority (``translate.bulk.<pair>``, behind
+UTF-8). The job runs at bulk priority (``translate.work-bulk.<model>``, behind
 interactive work), reads its results from the gateway process's reply
 topic, and keeps its state under ``gateway.files_dir/<job id>/`` like any
 bulk job (``babelstream bulk status``). The call waits for the job, as

@@ -18,8 +18,8 @@ def test_bench_worker_serves_every_request_and_refuses_a_second_bench(stack):
     target = resolve_target(settings, "en_en-XA")
     with bench_worker(target.settings(settings), target, "test-bench-worker.log") as worker:
         # another bench of this pair would share the work with this worker: it refuses
-        with pytest.raises(ConfigError, match=r"group babelstream-en_en-XA consumes"):
-            refuse_if_served(settings.kafka, "en_en-XA")
+        with pytest.raises(ConfigError, match=r"group babelstream-babelstream-demo-enxa consumes"):
+            refuse_if_served(settings.kafka, "babelstream-demo-enxa")
         figures = measure_e2e(settings, target, worker, make_texts(40, 0.25, seed=5))
     assert (figures.requests, figures.results, figures.missing) == (40, 40, 0)
     assert figures.statuses == {"ok": 40}
@@ -27,7 +27,7 @@ def test_bench_worker_serves_every_request_and_refuses_a_second_bench(stack):
     assert sum(figures.engine_batch_sizes.values()) >= 1
     assert 0.0 <= (figures.padding_ratio or 0.0) < 1.0
     # the worker is gone: the pair is free again
-    refuse_if_served(settings.kafka, "en_en-XA")
+    refuse_if_served(settings.kafka, "babelstream-demo-enxa")
 
 
 def test_naive_consumer_answers_this_run_on_a_topic_of_its_own(stack):

@@ -18,9 +18,9 @@ from kafka import KafkaProducer
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient, build_requests
 from pipeline.commands.client import no_result_hint
 from pipeline.kafka_clients import kafka_python_options
-from pipeline.local_worker import WorkerProcess
+from pipeline.local_worker import DEMO_MODEL, WorkerProcess
 from pipeline.messages import now_ms
-from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair, work_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 
 pytestmark = pytest.mark.integration
@@ -135,7 +135,8 @@ def test_after_a_timeout_translate_says_whether_a_worker_serves_the_pair(
     served = no_result_hint(settings, EN_XA)
     assert served.startswith("en_en-XA is served by babelstream (1 members)"), served
     unserved = no_result_hint(settings, Pair("en", "xx"))
-    assert unserved.startswith("no worker serves en_xx: start one with"), unserved
+    assert unserved.startswith("no model serves en_xx: add one to "), unserved
+    assert "babelstream models convert ... --pair en_xx" in unserved
 
 
 def test_status_shows_the_worker_and_what_is_not_running(
@@ -147,12 +148,10 @@ def test_status_shows_the_worker_and_what_is_not_running(
     (group,) = [
         c for c in doc["components"] if c["name"] == "worker" and c["address"] == "babelstream"
     ]
-    assert {"en_en-XA", "en-XA_en"} <= set(group["info"]["pairs"])
+    assert group["info"]["models"] == [DEMO_MODEL]
     member = group["info"]["members"][0]
     assert member["url"] == f"http://127.0.0.1:{worker.web_port}"
-    assert member["assigned"]["translate.requests.en_en-XA"] == list(
-        range(settings.kafka.work_partitions)
-    )
+    assert member["assigned"][work_topic(DEMO_MODEL)] == list(range(settings.kafka.work_partitions))
     # the readiness page lands with the worker's rewrite; until then the worker says 404
     assert member["readiness"] in ("ready", "no readiness page (HTTP 404)")
     assert isinstance(group["info"]["total_lag"], int)

@@ -65,6 +65,10 @@ def test_records_left_in_per_pair_topics_are_translated_after_migrate(
     assert {results[i][0].status for i in ids} == {"ok"}
     again = CliRunner().invoke(main, ["topics", "migrate", "--group", group, "--json"])
     assert json.loads(again.output)["copied"] == 0, "nothing is copied twice"
+    # the running worker's group could not commit past what a migration copied
+    busy = CliRunner().invoke(main, ["topics", "migrate", "--group", "babelstream"])
+    assert busy.exit_code != 0 and "member(s) running; stop its workers" in busy.output
+    assert "Traceback" not in busy.output
 
 
 def _commit_ends(settings: Settings, group: str, topics: list[str]) -> None:

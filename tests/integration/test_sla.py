@@ -339,15 +339,15 @@ class Ticker:
     """Publishes a worker's ticks every TICK_S, as the worker's Faust timer will."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self._source = TickSource(["en_de", "de_en"], "test-worker", now_ms, topic)
+        self._source = TickSource("en_de", "test-worker", now_ms, topic)
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
-            for topic, key, value in self._source.records():
-                self._producer.send(topic, key=key, value=value)
+            topic, key, value = self._source.record()
+            self._producer.send(topic, key=key, value=value)
             self._producer.flush()
 
     def __enter__(self) -> Ticker:
@@ -467,9 +467,11 @@ def scenario(
     phases = Phases.make(rng)
     tail = TopicTail(bootstrap, topics["windows"])
     late_tail = TopicTail(bootstrap, topics["late"])
-    closing = TickSource(
-        ["en_de"], "test-worker", lambda: BASE + round(CLOSING_TICK_S * 1000), topics["ticks"]
-    ).records()
+    closing = [
+        TickSource(
+            "en_de", "test-worker", lambda: BASE + round(CLOSING_TICK_S * 1000), topics["ticks"]
+        ).record()
+    ]
     jobs: list[JobProcess] = []
     expected_windows = len({(*e.series, e.window_start) for e in phases.originals})
     started = time.monotonic()

@@ -178,10 +178,10 @@ def test_the_cluster_computes_what_local_mode_computes(
         producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
         for key, value in results(Random(11)):
             producer.send(topics["results"], key=key, value=value)
-        for topic, key, value in TickSource(
-            ["en_de"], "test", lambda: BASE + 60_000, topics["ticks"]
-        ).records():
-            producer.send(topic, key=key, value=value)
+        topic, key, value = TickSource(
+            "en_de", "test", lambda: BASE + 60_000, topics["ticks"]
+        ).record()
+        producer.send(topic, key=key, value=value)
         producer.flush()
         producer.close()
         statuses = {s.name: s for s in manager.status(cluster)}

@@ -276,16 +276,18 @@ def test_worker_serves_prometheus_metrics(
         text = scrape(port)
         after = sample(text, "babelstream_requests_total", pair="en_en-XA", status="ok")
         lag = sample(
-            text, "babelstream_consumer_committed_lag", topic="translate.requests.en_en-XA"
+            text, "babelstream_consumer_committed_lag", topic="translate.work.babelstream-demo-enxa"
         )
         if (after or 0) >= (before or 0) + 2 and lag is not None:
             break
         assert time.monotonic() < deadline, text
         time.sleep(0.3)
-    assert sample(text, "babelstream_batch_size_count", pair="en_en-XA")
+    assert sample(text, "babelstream_batch_size_count", model="babelstream-demo-enxa")
     assert sample(text, "babelstream_request_latency_seconds_count", pair="en_en-XA")
     assert sample(text, "babelstream_routed_total", kind="routed")
-    assert (sample(text, "babelstream_engine_tokens_per_second", pair="en_en-XA") or 0) > 0
+    assert (
+        sample(text, "babelstream_engine_tokens_per_second", model="babelstream-demo-enxa") or 0
+    ) > 0
     assert sample(text, "babelstream_engine_tokens_total", direction="output")
     assert sample(text, "babelstream_cache_errors_total") == 0
     assert sample(text, "babelstream_worker_ready") == 1
