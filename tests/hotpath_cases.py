@@ -149,6 +149,7 @@ class Harness:
         producer = self.backend.producer
         limits = LimitSettings()
         steps = translation_steps(
+            model=MODEL_TOPIC,
             serves=lambda pair: pair == PAIR,
             limits=limits,
             window=self.window,

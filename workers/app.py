@@ -479,6 +479,7 @@ def _add_model_agents(
             label=model.model_id,
         )
         steps = translation_steps(
+            model=model.model_id,
             serves=model.serves,
             limits=s.limits,
             window=window,

@@ -34,6 +34,7 @@ from pipeline.steps.window import DedupWindow, WindowLookup
 
 def translation_steps(
     *,
+    model: str,
     serves: Callable[[Pair], bool],
     limits: LimitSettings,
     window: DedupWindow,
@@ -57,7 +58,8 @@ def translation_steps(
     hands off: the agent's next one may start while this one stores and
     publishes. With ``fidelity``, glossaries key the digest before any lookup
     and the engine step keeps markup, placeholders and terms
-    (``pipeline.fidelity``). ``recent_translations``: how many finished
+    (``pipeline.fidelity``); ``model`` names the agent's model in metrics.
+    ``recent_translations``: how many finished
     translations the engine step keeps for later batches
     (``worker.recent_translations``); ``control_wait_s``: how long a batch
     waits at start for the cancel and quarantine topics to be read; ``serves``:
@@ -85,7 +87,7 @@ def translation_steps(
             Store(cache, window),
             Resolve(),
         ),
-        publish=_publish(producer, replies, totals, compute_type),
+        publish=_publish(producer, replies, totals, compute_type, model),
     )
 
 
@@ -102,19 +104,23 @@ def routing_steps(
     """The router's micro-batch: every ingress record to where it belongs."""
     return Chain(
         decide=(Quarantine(quarantine, limits, control_wait_s), Route(router)),
-        publish=_publish(producer, replies, totals, None),
+        publish=_publish(producer, replies, totals, None, None),
     )
 
 
 def _publish(
-    producer: Producer, replies: ReplyCopies, totals: StatsSink, compute_type: str | None
+    producer: Producer,
+    replies: ReplyCopies,
+    totals: StatsSink,
+    compute_type: str | None,
+    model: str | None,
 ) -> tuple[Step, ...]:
     """What every agent does with a decided batch: records out, acknowledged, counted
-    (``compute_type`` None: the router's, which counts what it routed, and has no spans)."""
+    (``model`` None: the router's, which counts what it routed, and has no spans)."""
     return (
         Emit(),
         Publish(producer),
         replies,
         *([CloseSpans(compute_type)] if compute_type is not None else []),
-        Observe(totals, routing=compute_type is None),
+        Observe(totals, model),
     )

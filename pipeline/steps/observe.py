@@ -25,19 +25,18 @@ class Observe:
 
     in_canary: ClassVar[bool] = False  # a canary is not counted
 
-    def __init__(self, totals: StatsSink, *, routing: bool = False) -> None:
-        """``routing``: the router's batch (its outgoing records are counted by kind)."""
+    def __init__(self, totals: StatsSink, model: str | None) -> None:
+        """``model``: the model the batches are of, in metrics (None: the router's batches,
+        whose outgoing records are counted by kind)."""
         self._totals = totals
-        self._routing = routing
+        self._model = model
 
     async def __call__(self, batch: Batch) -> None:
-        if self._routing:
+        if self._model is None:
             for out in batch.outgoing:
                 self._totals.routed(out.kind)
                 metrics.record_route(out.kind)
             return
         results = [item.result for item in batch.items if item.result is not None]
-        metrics.record_batch(
-            batch.model_id, batch.stats, results, time.perf_counter() - batch.began
-        )
+        metrics.record_batch(self._model, batch.stats, results, time.perf_counter() - batch.began)
         self._totals.record(batch.stats)
