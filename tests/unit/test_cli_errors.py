@@ -232,3 +232,23 @@ def test_client_errors_that_mean_kafka_is_not_there() -> None:
     slow = as_unavailable(KafkaTimeoutError("Failed to update metadata after 60.0 secs."), kafka)
     assert slow is not None and "did not answer in time (Failed to update metadata" in str(slow)
     assert as_unavailable(ValueError("a bug"), kafka) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"BABELSTREAM_SLA__OBJECTIVES": "{p95: 3"}, ["BABELSTREAM_SLA__OBJECTIVES", "line 1"]),
+        ({"BABELSTREAM_CONFIG": "/no/such/babelstream.toml"}, ["/no/such/babelstream.toml"]),
+    ],
+)
+def test_bad_configuration_is_one_line(env: dict[str, str], words: list[str]) -> None:
+    line = one_line(run(["status"], env=env), EXIT_USAGE)
+    for word in words:
+        assert word in line, line
+
+
+def test_a_config_file_that_is_not_toml(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[worker\nmax_messages = 8\n")
+    line = one_line(run(["status"], env={"BABELSTREAM_CONFIG": str(config)}), EXIT_USAGE)
+    assert str(config) in line and "line 1, column 8" in line, line
