@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -52,36 +51,6 @@ TICK_FIELDS: dict[str, str] = {"emitted_at": "BIGINT"}
 
 class SlaJobError(BabelStreamError):
     """The SLA job's streaming query failed."""
-
-
-_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``500ms``, ``5s``, ``1.5m``, ``2h``, ``30d`` or a bare number of seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ConfigError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 1m, 2h, 30d")
-    return float(match["number"]) * _UNIT_SECONDS[match["unit"] or "s"]
-
-
-def parse_instant(text: str, now: int) -> int:
-    """Epoch ms of ``text``: ``now``, ``now-<duration>``, digits (epoch ms) or ISO 8601."""
-    text = text.strip()
-    if text == "now":
-        return now
-    if text.startswith("now-"):
-        return now - round(parse_duration(text[4:]) * 1000)
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def spark_interval(seconds: float) -> str:

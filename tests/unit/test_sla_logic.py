@@ -33,7 +33,6 @@ from pipeline.sla import (
     describe,
     late_watermark,
     objectives_met,
-    parse_duration,
     parse_thresholds,
     result_schema_ddl,
     sink_transactional_id,
@@ -61,29 +60,6 @@ ROW: dict[str, Any] = {
 SLA = SlaSettings(
     objectives=InteractiveObjectives(p95_ms=500, p99_ms=900, timeout_ratio=0.05, error_ratio=None)
 )
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("5s", 5.0),
-        ("500ms", 0.5),
-        ("1.5m", 90.0),
-        ("2h", 7200.0),
-        ("30", 30.0),
-        (" 10 s ", 10.0),
-        ("0s", 0.0),
-        ("30d", 2_592_000.0),
-    ],
-)
-def test_parse_duration(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "s", "5 sec", "-5s", "5w", "1e3s", "five"])
-def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(ConfigError, match="invalid duration"):
-        parse_duration(text)
 
 
 @pytest.mark.parametrize(
