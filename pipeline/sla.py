@@ -352,26 +352,62 @@ def input_rows(report: Mapping[str, Any]) -> int:
     return int(report.get("numInputRows") or 0)
 
 
+def _partition_offsets(offsets: Any, topic: str) -> dict[str, int] | None:
+    """One topic's partition -> offset in a Kafka source's offsets (a dict, or its JSON)."""
+    if isinstance(offsets, str):
+        try:
+            offsets = json.loads(offsets)
+        except ValueError:
+            return None
+    partitions = offsets.get(topic) if isinstance(offsets, Mapping) else None
+    if not isinstance(partitions, Mapping):
+        return None
+    return {str(partition): int(offset) for partition, offset in partitions.items()}
+
+
+def topic_rows(report: Mapping[str, Any], topic: str) -> int | None:
+    """Records of ``topic`` a micro-batch read, from its Kafka source's start and end offsets
+    (at most the source's input rows); None when no source reads ``topic``.
+
+    A first batch has no start offsets (Spark leaves them out): it counts from offset 0.
+    """
+    counted: int | None = None
+    for source in report.get("sources") or ():
+        end = _partition_offsets(source.get("endOffset"), topic)
+        if end is None:
+            continue
+        start = _partition_offsets(source.get("startOffset"), topic) or {}
+        read = sum(max(0, offset - start.get(partition, 0)) for partition, offset in end.items())
+        counted = (counted or 0) + min(read, int(source.get("numInputRows") or 0))
+    return counted
+
+
 @dataclass
 class ProgressTracker:
     """Follows a streaming query's progress reports (plain dicts, as Spark gives them).
 
-    ``idle()`` is true once the latest report had no input rows and none with
-    input has arrived for ``idle_s`` seconds. A query that has not reported
-    yet (still starting, slowly on a loaded machine) or whose latest batch had
-    input (the next one may be running, however long it takes) is not idle.
-    Spark also reports progress while idle, under the next batch's id; a
-    report counts once, by batch id and timestamp.
+    *Activity* is input on ``activity_topic`` (the results; a worker's ticks
+    arrive all the time and are not activity), or any input without it or
+    when a report does not say (:func:`topic_rows`). ``idle()`` is true once
+    the latest report had no activity and none has come for ``idle_s``
+    seconds. A query that has not reported yet (still starting, slowly on a
+    loaded machine) or whose latest batch had activity (the next one may be
+    running, however long it takes) is not idle. Spark also reports progress
+    while idle, under the next batch's id; a report counts once, by batch id
+    and timestamp.
     """
 
     idle_s: float | None = None
     clock: Callable[[], float] = time.monotonic
     # called with the input rows of each new micro-batch that had some (progress bars)
     on_input: Callable[[int], object] | None = None
+    activity_topic: str | None = None
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
+    # records of the activity topic read (every input record without one)
+    results: int = field(default=0, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
-    _last_input: float | None = field(default=None, init=False, repr=False)
-    _latest_had_input: bool = field(default=False, init=False, repr=False)
+    _last_activity: float | None = field(default=None, init=False, repr=False)
+    _latest_active: bool = field(default=False, init=False, repr=False)
 
     def observe(self, progress: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Take in progress reports (repeats are ignored); returns the new ones."""
@@ -382,25 +418,31 @@ class ProgressTracker:
                 continue
             self._seen.add(key)
             new.append(report)
-            if self._last_input is None:
-                self._last_input = self.clock()
+            if self._last_activity is None:
+                self._last_activity = self.clock()
             rows = input_rows(report)
-            self._latest_had_input = rows > 0
+            on_topic = (
+                None if self.activity_topic is None else topic_rows(report, self.activity_topic)
+            )
+            active = rows if on_topic is None else on_topic
+            self._latest_active = active > 0
+            self.results += active
+            if active:
+                self._last_activity = self.clock()
             if rows:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))
                 self.input_batches.append(BatchStat(key[0], rows, ms))
-                self._last_input = self.clock()
                 if self.on_input is not None:
                     self.on_input(rows)
         return new
 
     def idle(self) -> bool:
-        """Whether the ``idle_s`` limit has passed without new input."""
+        """Whether the ``idle_s`` limit has passed without activity."""
         return (
             self.idle_s is not None
-            and self._last_input is not None
-            and not self._latest_had_input
-            and self.clock() - self._last_input >= self.idle_s
+            and self._last_activity is not None
+            and not self._latest_active
+            and self.clock() - self._last_activity >= self.idle_s
         )
 
 
@@ -419,6 +461,8 @@ class RunSummary:
     windows: int
     wall_s: float
     late_rows: int = 0
+    # input records that were results (the others: ticks); None: not told apart
+    results: int | None = None
 
     @property
     def input_rows(self) -> int:
