@@ -41,7 +41,8 @@ def _print_status(
         click.echo(_service_line(s))
     for c in others or []:
         click.echo(
-            f"{c.name:<9} {c.address:<22} {'running' if c.running else '-':<8} {'':<8} {c.detail}"
+            f"{c.name:<9} {c.address:<22} {c.state or ('running' if c.running else '-'):<8} "
+            f"{'':<8} {c.detail}"
         )
 
 
