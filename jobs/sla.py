@@ -99,7 +99,13 @@ from pipeline.kafka_clients import (
     kafka_python_options,
     spark_kafka_source_options,
 )
-from pipeline.messages import UNSUPPORTED_PAIR_REASON, UNSUPPORTED_SERIES, LateResult, SlaWindow
+from pipeline.messages import (
+    UNSUPPORTED_PAIR_REASON,
+    UNSUPPORTED_SERIES,
+    LateResult,
+    SlaWindow,
+    now_ms,
+)
 from pipeline.settings import Settings, SlaSettings
 from pipeline.sla import (
     CACHE_HITS,
@@ -107,6 +113,7 @@ from pipeline.sla import (
     TICK_FIELDS,
     BatchLog,
     BurnRates,
+    JobRun,
     ProgressTracker,
     RunSummary,
     SlaJobError,
@@ -889,6 +896,7 @@ def run(
     """
     started = time.monotonic()
     sla = settings.sla
+    JobRun(tuple(sla.sinks), sla.sink_topic, now_ms()).write(sla.checkpoint_dir)
     kafka = KafkaSink(settings)
     sinks = JobSinks(
         settings,

@@ -306,6 +306,37 @@ def sink_transactional_id(sla: SlaSettings) -> str:
     return f"babelstream-sla-{digest.hexdigest()}"
 
 
+@dataclass(frozen=True)
+class JobRun:
+    """What the SLA job was last started with, kept beside its checkpoint: the dashboard
+    reads it to say why it shows no windows (a run with only the console sink, say)."""
+
+    sinks: tuple[str, ...]
+    sink_topic: str
+    started_at: int
+
+    @staticmethod
+    def path(checkpoint_dir: Path) -> Path:
+        return checkpoint_dir / "sinks" / "run.json"
+
+    def write(self, checkpoint_dir: Path) -> None:
+        """Replace the record atomically."""
+        path = self.path(checkpoint_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({**self.__dict__, "sinks": list(self.sinks)}))
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, checkpoint_dir: Path) -> JobRun | None:
+        """The last run's record, or None when the job never ran with this checkpoint."""
+        try:
+            doc = json.loads(cls.path(checkpoint_dir).read_text())
+            return cls(tuple(doc["sinks"]), str(doc["sink_topic"]), int(doc["started_at"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
 class BatchLog:
     """The id of the last micro-batch one sink has fully written, kept in a file.
 

@@ -56,6 +56,7 @@ from pipeline.messages import (
     now_ms,
 )
 from pipeline.settings import SlaSettings
+from pipeline.sla import JobRun
 from pipeline.sla_history import read_history
 from pipeline.stack.manager import Endpoints
 from pipeline.stack.topics import TopicSpec, ensure_topics
@@ -738,3 +739,5 @@ def test_until_idle_ends_while_a_workers_ticks_flow(
     assert sum(w.count for w in windows if w.pair == "en_de") == len(events), windows
     summary = [line for line in job.stderr if line.startswith("sla: ")]
     assert summary and summary[-1].startswith(f"sla: {len(events)} results and "), job.tail()
+    run = JobRun.read(tmp_path / "ck")  # what the dashboard reads to say why it shows nothing
+    assert run is not None and (run.sinks, run.sink_topic) == (("kafka",), idle_topics["windows"])
