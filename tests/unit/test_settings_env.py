@@ -135,15 +135,21 @@ def test_scalar_settings_are_not_read_as_json(monkeypatch: pytest.MonkeyPatch) -
     assert settings.sla.thresholds_ms["en_de"] == 2000
 
 
+def _config_file_error(monkeypatch: pytest.MonkeyPatch, config: Path, text: str) -> str:
+    """The one-line error of settings read from a config file holding ``text``."""
+    config.write_text(text)
+    monkeypatch.setenv("BABELSTREAM_CONFIG", str(config))
+    with pytest.raises(ConfigError) as caught:
+        settings_from_environment()
+    return str(caught.value)
+
+
 def test_a_config_file_that_is_not_toml_names_the_file_and_position(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     config = tmp_path / "babelstream.toml"
-    config.write_text("[kafka]\nbootstrap_servers = 'h:1'\n[worker\nmax_messages = 8\n")
-    monkeypatch.setenv("BABELSTREAM_CONFIG", str(config))
-    with pytest.raises(ConfigError) as caught:
-        settings_from_environment()
-    message = str(caught.value)
+    text = "[kafka]\nbootstrap_servers = 'h:1'\n[worker\nmax_messages = 8\n"
+    message = _config_file_error(monkeypatch, config, text)
     assert message.startswith(f"BABELSTREAM_CONFIG file {config} is not valid TOML"), message
     assert "line 3, column 8" in message and "\n" not in message
 
@@ -166,11 +172,7 @@ def test_a_bad_value_in_the_config_file_names_the_file_and_key(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     config = tmp_path / "babelstream.toml"
-    config.write_text("[worker]\nmax_messages = 0\n")
-    monkeypatch.setenv("BABELSTREAM_CONFIG", str(config))
-    with pytest.raises(ConfigError) as caught:
-        settings_from_environment()
-    message = str(caught.value)
+    message = _config_file_error(monkeypatch, config, "[worker]\nmax_messages = 0\n")
     assert f"{config}: [worker] max_messages=0: Input should be greater than" in message, message
     monkeypatch.setenv("BABELSTREAM_WORKER__MAX_MESSAGES", "-1")  # the environment wins
     with pytest.raises(ConfigError, match=r"BABELSTREAM_WORKER__MAX_MESSAGES=-1: Input"):
