@@ -283,16 +283,16 @@ def empty_reason(topic: str, topic_found: bool, sla: SlaSettings, history_s: flo
     since = f"the last {_span(history_s)} (BABELSTREAM_DASHBOARD__HISTORY_S)"
     start = "Start the SLA job: <code>babelstream sla</code>."
     if run is not None:
-        started = f"The SLA job last started {_utc(run.started_at)}"
+        started = f"SLA job last started {_utc(run.started_at)}"
         sinks = ",".join(run.sinks)
         if "kafka" not in run.sinks:
             return html.escape(
-                f"No SLA windows: {started} with --sinks {sinks}, which writes no window to "
+                f"No SLA windows: the {started} with --sinks {sinks}, which writes no window to "
                 f"{topic}. Run it with the kafka sink: babelstream sla --sinks kafka,{sinks}."
             )
         if run.sink_topic != topic:
             return html.escape(
-                f"No SLA windows on {topic}: {started} writing to {run.sink_topic}. "
+                f"No SLA windows on {topic}: the {started} writing to {run.sink_topic}. "
                 f"Start the dashboard with --topic {run.sink_topic}."
             )
     if not topic_found:
@@ -300,8 +300,8 @@ def empty_reason(topic: str, topic_found: bool, sla: SlaSettings, history_s: flo
     if run is None:
         return f"No SLA windows on {html.escape(topic)} in {since}. {start}"
     return html.escape(
-        f"No SLA windows on {topic} in {since}. {started} with --sinks {sinks}: it writes a "
-        "window once the watermark passes the window's end. Is it running (babelstream status)?"
+        f"No SLA windows on {topic} in {since}. The {started} with --sinks {sinks}: it writes "
+        "a window once the watermark passes the window's end. Is it running (babelstream status)?"
     )
 
 
