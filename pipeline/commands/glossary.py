@@ -24,25 +24,28 @@ def _store(settings: Settings) -> GlossaryStore:
     return GlossaryStore(settings.redis)
 
 
-def _pair(value: str) -> str:
+def _parsed_pair(value: str) -> Pair:
     try:
-        return Pair.parse(value).id
+        return Pair.parse(value)
     except ContractError as exc:
         raise click.BadParameter(str(exc), param_hint="--pair") from None
 
 
+def _pair(value: str) -> str:
+    return _parsed_pair(value).id
+
+
 def _served_pair(settings: Settings, value: str) -> str:
     """A pair id some model of the registry serves (a glossary of another pair is never used)."""
-    pair_id = _pair(value)
+    pair = _parsed_pair(value)
     registry = Registry.load(settings.engine.registry)
-    if pair_id not in registry.pairs:
-        served = ", ".join(sorted(registry.pairs)) or "none"
+    if registry.model_for(pair) is None:
         raise click.BadParameter(
-            f"no model serves {pair_id} in {registry.path} (served: {served}); add one with "
-            f"`babelstream models convert ... --pair {pair_id}` first",
+            f"no model serves {pair.id} in {registry.path} ({registry.describe()}); add one "
+            f"with `babelstream models convert ... --pair {pair.id}` first",
             param_hint="--pair",
         )
-    return pair_id
+    return pair.id
 
 
 def _summary(stored: StoredGlossary) -> dict[str, object]:
