@@ -7,7 +7,6 @@ import json
 import click
 
 from pipeline.components import ComponentStatus, components
-from pipeline.errors import StackError
 from pipeline.settings import Settings
 from pipeline.stack import layout, manager
 
@@ -63,10 +62,7 @@ def _print_status(
 @click.pass_obj
 def up(settings: Settings, as_json: bool, brokers: int | None, secure: bool | None) -> None:
     """Start Kafka and Redis (no-op for what already runs) and create the topics."""
-    try:
-        statuses = manager.up(layout.with_layout(settings, brokers, secure), _report)
-    except StackError as exc:
-        raise click.ClickException(str(exc)) from exc
+    statuses = manager.up(layout.with_layout(settings, brokers, secure), _report)
     _print_status(statuses, as_json)
 
 
@@ -74,10 +70,7 @@ def up(settings: Settings, as_json: bool, brokers: int | None, secure: bool | No
 @click.pass_obj
 def down(settings: Settings) -> None:
     """Stop the processes `babelstream up` started."""
-    try:
-        manager.down(settings, _report)
-    except StackError as exc:
-        raise click.ClickException(str(exc)) from exc
+    manager.down(settings, _report)
 
 
 @click.command()

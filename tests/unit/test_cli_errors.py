@@ -325,3 +325,23 @@ def test_a_worker_port_in_use_is_a_usage_mistake(listening: int) -> None:
     env = {"BABELSTREAM_WORKER__WEB_PORT": str(listening)}
     line = one_line(run(["worker", "--router-only"], env=env), EXIT_USAGE)
     assert f"127.0.0.1:{listening} is in use" in line and "BABELSTREAM_WORKER__WEB_PORT" in line
+
+
+def test_stack_mistakes_are_usage_mistakes(tmp_path: Path) -> None:
+    home = {"BABELSTREAM_STACK__HOME": str(tmp_path / "stack")}
+    env = {**home, "BABELSTREAM_KAFKA__REPLICATION_FACTOR": "3"}
+    line = one_line(run(["up", "--brokers", "2"], env=env), EXIT_USAGE)
+    assert "kafka.replication_factor is 3 but the stack has 2 broker(s)" in line
+    with socket.socket() as kafka, socket.socket() as redis:
+        for sock in (kafka, redis):
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+        ports = {
+            "BABELSTREAM_STACK__KAFKA_PORT": str(kafka.getsockname()[1]),
+            "BABELSTREAM_STACK__KAFKA_CONTROLLER_PORT": str(_closed_port()),
+            "BABELSTREAM_STACK__REDIS_PORT": str(redis.getsockname()[1]),
+        }
+        result = run(["up"], env={**home, **ports})
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "is taken by a process `babelstream up` did not start" in result.stderr
+    assert "Traceback" not in result.output
