@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
-from pipeline.bulk import BulkError
+from pipeline.bulk import BulkInputError
 from pipeline.bulk.assemble import SegmentOutcome, assemble_document
 from pipeline.bulk.readers import DEFAULT_ID_COLUMN
 from pipeline.bulk.requests import RequestTemplate, job_identity, wire_doc_id
@@ -110,13 +110,13 @@ def read_documents(
     docs = spark.read.parquet(input_path)
     clash = [c for c in docs.columns if c.startswith(PREFIX) or c in OUTPUT_COLUMNS]
     if clash:
-        raise BulkError(f"the input has reserved column name(s): {', '.join(clash)}")
+        raise BulkInputError(f"the input has reserved column name(s): {', '.join(clash)}")
     if text_column not in docs.columns:
-        raise BulkError(f"no text column {text_column!r} (columns: {', '.join(docs.columns)})")
+        raise BulkInputError(f"no text column {text_column!r} (columns: {', '.join(docs.columns)})")
     if id_column is None and DEFAULT_ID_COLUMN in docs.columns:
         id_column = DEFAULT_ID_COLUMN
     if id_column is not None and id_column not in docs.columns:
-        raise BulkError(f"no id column {id_column!r} (columns: {', '.join(docs.columns)})")
+        raise BulkInputError(f"no id column {id_column!r} (columns: {', '.join(docs.columns)})")
     doc_id = (
         F.col(id_column).cast("string")
         if id_column is not None
@@ -324,7 +324,9 @@ def assemble(
     """Write the job's output Parquet from its plan and the results topic."""
     plan_dir = plan_path(settings, job_id)
     if not plan_dir.is_dir():
-        raise BulkError(f"no Spark plan for job {job_id} at {plan_dir}; run spark-submit first")
+        raise BulkInputError(
+            f"no Spark plan for job {job_id} at {plan_dir}; run spark-submit first"
+        )
     plan = spark.read.parquet(str(plan_dir))
     ok_first = F.when(F.col("status") == "ok", 1).otherwise(0)
     per_segment = (

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import re
 import threading
@@ -98,7 +99,13 @@ from pipeline.kafka_clients import (
     kafka_python_options,
     spark_kafka_source_options,
 )
-from pipeline.messages import UNSUPPORTED_PAIR_REASON, UNSUPPORTED_SERIES, LateResult, SlaWindow
+from pipeline.messages import (
+    UNSUPPORTED_PAIR_REASON,
+    UNSUPPORTED_SERIES,
+    LateResult,
+    SlaWindow,
+    now_ms,
+)
 from pipeline.settings import Settings, SlaSettings
 from pipeline.sla import (
     CACHE_HITS,
@@ -106,6 +113,7 @@ from pipeline.sla import (
     TICK_FIELDS,
     BatchLog,
     BurnRates,
+    JobRun,
     ProgressTracker,
     RunSummary,
     SlaJobError,
@@ -724,7 +732,8 @@ class JobSinks:
 
 
 def _observe(query: StreamingQuery, tracker: ProgressTracker) -> None:
-    for report in tracker.observe(query.recentProgress):
+    # as plain JSON: pyspark turns a source's offsets into the text of a Python dict
+    for report in tracker.observe(json.loads(p.json) for p in query.recentProgress):
         log.info(
             "batch %s: %s input rows in %s ms, watermark %s",
             report["batchId"],
@@ -878,21 +887,23 @@ def run(
     checkpoint keeps what it committed; a rerun resumes there).
 
     ``until_idle_s`` counts from the query's first progress report, then
-    from its last micro-batch with input; make it a few triggers long, so
-    that the batch emitting the windows the last input closed runs before
-    the stop (if it does not, the next run emits them). ``late_rows=False``
+    from its last micro-batch with results: a running worker's ticks keep
+    arriving and close windows, but are not activity. Make it a few triggers
+    long, so that the batch emitting the windows the last input closed runs
+    before the stop (if it does not, the next run emits them). ``late_rows=False``
     leaves the late-rows branch out. ``on_input`` gets the input rows of each
     micro-batch that had some.
     """
     started = time.monotonic()
     sla = settings.sla
+    JobRun(tuple(sla.sinks), sla.sink_topic, now_ms()).write(sla.checkpoint_dir)
     kafka = KafkaSink(settings)
     sinks = JobSinks(
         settings,
         WindowSinks(settings, kafka),
         LateSinks(settings, kafka) if late_rows else None,
     )
-    tracker = ProgressTracker(until_idle_s, on_input=on_input)
+    tracker = ProgressTracker(until_idle_s, on_input=on_input, activity_topic=sla.source_topic)
     try:
         spark = _session_and_ready_sink(settings, kafka, late_rows)
         running: RunningQuery | None = None
@@ -912,4 +923,5 @@ def run(
         sinks.windows.windows,
         time.monotonic() - started,
         sinks.late.rows if sinks.late is not None else 0,
+        results=tracker.results,
     )

@@ -97,6 +97,19 @@ def describe_validation(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+# The schema's bounds that the deployment limits (LimitSettings) tighten: a request over
+# one of them breaks a limit, like a request over the deployment limit itself.
+_SCHEMA_LIMITS: dict[tuple[int | str, ...], set[str]] = {
+    ("text",): {"string_too_long"},
+    ("timeout_ms",): {"greater_than_equal", "less_than_equal"},
+}
+
+
+def over_schema_limits(exc: ValidationError) -> bool:
+    """Whether every problem is a schema bound the deployment limits tighten."""
+    return all(err["type"] in _SCHEMA_LIMITS.get(err["loc"], ()) for err in exc.errors())
+
+
 def check_limits(request: TranslationRequest, limits: LimitSettings) -> str | None:
     """Deployment limits beyond the schema; returns the violation or None."""
     text_bytes = len(request.text.encode("utf-8"))
@@ -145,7 +158,8 @@ def decode_request(
     try:
         request = TranslationRequest.model_validate_json(text)
     except ValidationError as exc:
-        return reject("invalid", describe_validation(exc))
+        reason: DeadLetterReason = "limit_exceeded" if over_schema_limits(exc) else "invalid"
+        return reject(reason, describe_validation(exc))
     violation = check_limits(request, limits)
     if violation:
         return reject("limit_exceeded", violation)

@@ -1,5 +1,9 @@
-"""What ``babelstream status`` reports beyond Kafka and Redis: workers, the SLA job, the dashboard.
+"""What ``babelstream status`` reports beyond Kafka and Redis: topics, workers, the SLA job,
+the dashboard.
 
+* Topics: the project's topics that keep less replication than the cluster
+  offers (fewer replicas than its default, or partitions not in sync on all
+  of theirs), e.g. changelogs a worker created without the cluster's settings.
 * Workers: every consumer group on ``translate.*`` topics (group id, state,
   members, assigned partitions, lag), and for each Faust member its
   ``/babelstream/ready`` page at the web URL it advertises in the group.
@@ -24,6 +28,7 @@ from typing import Any
 from pipeline.groups import Group, consumer_groups
 from pipeline.kafka_clients import admin_client
 from pipeline.settings import Settings
+from pipeline.stack.topics import cluster_replication, is_project_topic, under_replicated
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,8 @@ class ComponentStatus:
     running: bool
     detail: str
     info: dict[str, Any] = field(default_factory=dict)
+    # the state column, when "running" / "-" does not fit (topics: ok / UNDER-REPLICATED)
+    state: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +131,34 @@ def worker_status(group: Group, timeout_s: float) -> ComponentStatus:
         bool(members),
         detail,
         {**group.to_dict(), "members": members, "total_lag": total_lag},
+    )
+
+
+def topics(settings: Settings) -> ComponentStatus:
+    """The project's topics against the replication the cluster offers."""
+    admin = admin_client(settings.kafka, "status")
+    try:
+        cluster = cluster_replication(admin)
+        described = admin.describe_topics()
+    finally:
+        admin.close()
+    project = [t for t in described if is_project_topic(str(t["name"]))]
+    short = under_replicated(project, cluster)
+    offered = f"cluster: {cluster.describe()}"
+    replicas = f"{cluster.replication_factor} replica{'s' * (cluster.replication_factor != 1)}"
+    detail = (
+        f"{len(short)} of {len(project)} project topics under-replicated ({offered}): "
+        + "; ".join(f"{name} {how}" for name, how in sorted(short.items()))
+        if short
+        else f"{len(project)} project topics at {replicas} ({offered})"
+    )
+    return ComponentStatus(
+        "topics",
+        settings.kafka.bootstrap_servers,
+        True,
+        detail,
+        {"project_topics": len(project), "under_replicated": short},
+        state="UNDER-REPLICATED" if short else "ok",
     )
 
 
@@ -230,9 +265,10 @@ def gateway(settings: Settings) -> ComponentStatus:
 
 
 def components(settings: Settings, kafka_up: bool) -> list[ComponentStatus]:
-    """Workers, the SLA job, the dashboard and the gateway (the first two need Kafka)."""
+    """Topics, workers, the SLA job, the dashboard and the gateway (the first three need
+    Kafka)."""
     out = (
-        [*workers(settings), sla_job(settings)]
+        [topics(settings), *workers(settings), sla_job(settings)]
         if kafka_up
         else [
             ComponentStatus("worker", "-", False, "unknown: Kafka is down"),

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
@@ -31,33 +29,10 @@ from pipeline.messages import DeadLetter, ReplayMarker, now_ms, record_id
 from pipeline.pairs import DLQ_REPLAYED_TOPIC, DLQ_TOPIC, REQUESTS_TOPIC
 from pipeline.settings import KafkaSettings, LimitSettings
 
-_DURATION = re.compile(r"(\d+)([smhd])")
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-
 
 def dead_letter_id(letter: DeadLetter) -> str:
     """``<source topic>:<partition>:<offset>`` of the record that was refused."""
     return record_id(letter.source_topic, letter.partition, letter.offset)
-
-
-def parse_since(text: str, now: int | None = None) -> int:
-    """``--since``: a duration back from now (``90s``, ``15m``, ``2h``, ``1d``), epoch
-    milliseconds, or an ISO 8601 time (UTC unless it says otherwise) -> epoch ms."""
-    now = now_ms() if now is None else now
-    text = text.strip()
-    if match := _DURATION.fullmatch(text):
-        return now - int(match.group(1)) * _UNIT_MS[match.group(2)]
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(
-            f"{text!r} is not a duration (15m, 2h, 1d), epoch milliseconds or an ISO time"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 @dataclass(frozen=True, slots=True)

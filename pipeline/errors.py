@@ -42,6 +42,13 @@ class StackError(BabelStreamError):
     """The local dev stack could not be started, stopped or checked."""
 
 
+class StackSettingsError(StackError):
+    """The stack as asked for cannot start: a port taken, a layout that does not fit (a
+    usage mistake)."""
+
+    exit_code = EXIT_USAGE
+
+
 class ServiceUnavailable(BabelStreamError):
     """A service the command needs (Kafka, a Spark master) does not answer."""
 

@@ -2,11 +2,13 @@
 
 kafka-python reports a refused SASL login or a TLS/plaintext mismatch only as
 "Unable to bootstrap" after its timeout (the broker's authentication error
-never reaches it). :func:`connection_problem` retraces the connection step by
-step against each bootstrap server — TCP, TLS, then a real Kafka handshake
-with SASL through aiokafka, which surfaces the broker's own error — and names
-the setting to fix. :func:`kafka_python_client` uses it when a client fails
-to bootstrap.
+never reaches it), and logs every failed attempt meanwhile. :func:`connection_problem`
+retraces the connection step by step against each bootstrap server — TCP, TLS,
+then a real Kafka handshake with SASL through aiokafka, which surfaces the
+broker's own error — and names the setting to fix. :func:`handshake_problem`
+is the quick first check every command makes (``require_kafka``): one exchange
+as the configured client, diagnosed only when it fails. :func:`kafka_python_client`
+uses the diagnosis when a client fails to bootstrap.
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ class KafkaRefused(ConfigError):
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.strip().rpartition(":")
     return host, int(port)
+
+
+# how a user of the local secure stack gets its client settings (README: Security)
+SECURE_STACK_FIX = (
+    "for the stack `babelstream up --secure` started, `source var/stack/settings.env` "
+    "(or BABELSTREAM_CONFIG=var/stack/settings.toml)"
+)
 
 
 def _tls_problem(kafka: KafkaSettings, host: str, port: int, timeout_s: float) -> str | None:
@@ -62,18 +71,26 @@ def _tls_problem(kafka: KafkaSettings, host: str, port: int, timeout_s: float) -
     if not kafka.uses_tls:
         return (
             f"{host}:{port} speaks TLS but kafka.security_protocol is "
-            f"{kafka.security_protocol}: use SASL_SSL or SSL (with kafka.ssl_cafile)"
+            f"{kafka.security_protocol}: use SASL_SSL or SSL (with kafka.ssl_cafile); "
+            + SECURE_STACK_FIX
         )
     return None
 
 
-async def _kafka_handshake(kafka: KafkaSettings, host: str, port: int) -> None:
+async def _kafka_handshake(
+    kafka: KafkaSettings, host: str, port: int, request: Any | None = None
+) -> None:
+    """aiokafka's connection handshake (TLS, ApiVersions, SASL), then ``request`` if given."""
     from aiokafka.conn import create_conn
 
     options = aiokafka_options(kafka, "check")
     del options["bootstrap_servers"]
     conn = await create_conn(host, port, **options)
-    conn.close()
+    try:
+        if request is not None:
+            await conn.send(request)
+    finally:
+        conn.close()
 
 
 def _handshake_problem(kafka: KafkaSettings, host: str, port: int, timeout_s: float) -> str | None:
@@ -99,23 +116,61 @@ def _handshake_problem(kafka: KafkaSettings, host: str, port: int, timeout_s: fl
     return None
 
 
+def _address_problem(kafka: KafkaSettings, host: str, port: int, timeout_s: float) -> str | None:
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"nothing accepts connections at {host}:{port} ({exc.strerror or exc})"
+    return _tls_problem(kafka, host, port, timeout_s) or _handshake_problem(
+        kafka, host, port, timeout_s
+    )
+
+
 def connection_problem(kafka: KafkaSettings, timeout_s: float = 5.0) -> str | None:
     """What stops a client with ``kafka`` settings from connecting; None when it connects."""
     problems = []
     for address in kafka.bootstrap_servers.split(","):
-        host, port = _split(address)
-        try:
-            socket.create_connection((host, port), timeout=timeout_s).close()
-        except OSError as exc:
-            problems.append(f"nothing accepts connections at {host}:{port} ({exc.strerror or exc})")
-            continue
-        problem = _tls_problem(kafka, host, port, timeout_s) or _handshake_problem(
-            kafka, host, port, timeout_s
-        )
+        problem = _address_problem(kafka, *_split(address), timeout_s)
         if problem is None:
             return None
         problems.append(problem)
     return "; ".join(problems) or None
+
+
+async def _first_exchange(kafka: KafkaSettings, host: str, port: int) -> None:
+    """Connect as the client would (TLS, ApiVersions, SASL), then ask for metadata: a
+    listener that wants SASL answers ApiVersions but closes the connection on this."""
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    await _kafka_handshake(
+        kafka, host, port, MetadataRequest(topics=[], allow_auto_topic_creation=False)
+    )
+
+
+def handshake_problem(kafka: KafkaSettings, host: str, port: int, timeout_s: float) -> str | None:
+    """Whether the listener at ``host:port`` refuses a client with ``kafka`` settings, and why.
+
+    One exchange as that client; only when it fails is the connection retraced
+    (:func:`connection_problem`'s steps) for the reason. None when it succeeds,
+    and when nothing answers in time: a slow broker is not a settings mistake.
+    """
+    try:
+        asyncio.run(asyncio.wait_for(_first_exchange(kafka, host, port), timeout_s))
+    except TimeoutError:
+        return None
+    except Exception as exc:  # any failure of the exchange: find out which step refuses
+        problem = _address_problem(kafka, host, port, timeout_s)
+        if problem is None and not kafka.security_protocol.startswith("SASL_"):
+            problem = (
+                f"{host}:{port} closed the connection at the first request after the "
+                f"handshake ({type(exc).__name__}): the listener wants a SASL login; set "
+                f"kafka.security_protocol to SASL_{'SSL' if kafka.uses_tls else 'PLAINTEXT'} "
+                f"with kafka.sasl_username and kafka.sasl_password; {SECURE_STACK_FIX}"
+            )
+        if problem is not None and problem.startswith("nothing accepts connections"):
+            return None  # gone in between: not a settings mistake (require_kafka's TCP check)
+        return problem
+    return None
 
 
 def kafka_python_client(

@@ -48,12 +48,23 @@ def kafka_unreachable(kafka: KafkaSettings, detail: str) -> ServiceUnavailable:
 
 
 def require_kafka(kafka: KafkaSettings) -> None:
-    """Raise :class:`ServiceUnavailable` unless some bootstrap server accepts a connection."""
+    """Raise :class:`ServiceUnavailable` unless some bootstrap server accepts a connection,
+    and :class:`~pipeline.kafka_check.KafkaRefused` when the first that does refuses this
+    client's security settings (TLS or SASL where it wants none, or none where it wants one).
+
+    Without the second check a client with the wrong settings retries for its whole
+    bootstrap timeout, logging every failed connection, before it says why.
+    """
+    from pipeline.kafka_check import KafkaRefused, handshake_problem
+
     problems = []
     for address in kafka.bootstrap_servers.split(","):
         host, port = split_address(address, 9092)
         problem = tcp_problem(host, port, kafka.connect_timeout_s)
         if problem is None:
+            refused = handshake_problem(kafka, host, port, kafka.connect_timeout_s)
+            if refused is not None:
+                raise KafkaRefused(f"Kafka refused this client: {refused}")
             return
         problems.append(problem)
     raise kafka_unreachable(kafka, ", ".join(sorted(set(problems))))

@@ -9,10 +9,13 @@ edge reads the environment.
 from __future__ import annotations
 
 import difflib
+import json
 import os
+import tomllib
+import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -35,6 +38,9 @@ from pipeline.errors import ConfigError, ContractError
 from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ENV_PREFIX = "BABELSTREAM_"
+# names the optional TOML file read under the environment
+CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
 
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -791,19 +797,16 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        config_file = os.environ.get("BABELSTREAM_CONFIG")
+        config_file = os.environ.get(CONFIG_VARIABLE)
         if config_file:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+            path = check_config_file(Path(config_file))
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
 
 
 def load_settings(**overrides: Any) -> Settings:
     """Build settings from env / config file, with explicit overrides on top."""
     return Settings(**overrides)
-
-
-ENV_PREFIX = "BABELSTREAM_"
-CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
 
 
 def _setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
@@ -863,24 +866,117 @@ def check_environment(environ: Mapping[str, str]) -> None:
         raise ConfigError(f"unknown setting {name}; {hint}")
 
 
-def describe_settings_error(exc: ValidationError) -> str:
-    """The problems of invalid settings on one line, each named by its variable."""
+def _json_shaped(annotation: Any) -> bool:
+    """Whether pydantic-settings reads a variable of this type as JSON (objects, lists)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _json_shaped(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return any(_json_shaped(arg) for arg in get_args(annotation) if arg is not type(None))
+    if origin in (dict, list, tuple, set, frozenset):
+        return True
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel | dict | list | tuple)
+
+
+def _json_example(default: Any) -> str:
+    """A short JSON example of a setting from its default: its first entry, or its shape."""
+    if isinstance(default, BaseModel):
+        default = default.model_dump(mode="json", exclude_none=True)
+    if isinstance(default, dict):
+        first = next(iter(default.items()), None)
+        return f"a JSON object, e.g. {json.dumps(dict([first]))}" if first else "a JSON object"
+    if isinstance(default, list | tuple) and default:
+        return f"a JSON list, e.g. {json.dumps(list(default), default=str)}"
+    return "a JSON list"
+
+
+def json_variables() -> dict[str, str]:
+    """Variables whose value is JSON (sections, objects, lists) -> what they expect."""
+    shapes = {
+        f"{ENV_PREFIX}{section}".upper(): _json_example(info.default)
+        for section, info in Settings.model_fields.items()
+    }
+    for variable, _, field in _setting_fields():
+        if _json_shaped(field.annotation):
+            shapes[variable] = _json_example(field.default)
+    return shapes
+
+
+def check_json_values(environ: Mapping[str, str]) -> None:
+    """Refuse a JSON-valued variable that is not JSON, naming it, the position and the form.
+
+    pydantic-settings raises this as two chained tracebacks that name only the section.
+    """
+    shapes = json_variables()
+    for name in sorted(environ):
+        expected = shapes.get(name.upper())
+        if expected is None:
+            continue
+        try:
+            json.loads(environ[name])
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
+                f"give {expected}"
+            ) from None
+
+
+def check_config_file(path: Path) -> Path:
+    """``path`` if it is a readable TOML file; else a one-line ConfigError with the position."""
+    fix = f"fix the path or unset {CONFIG_VARIABLE}"
+    if not path.exists():
+        raise ConfigError(f"{CONFIG_VARIABLE} names {path}, which does not exist: {fix}")
+    if path.is_dir():
+        raise ConfigError(f"{CONFIG_VARIABLE} names {path}, which is a directory, not a TOML file")
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(
+            f"{CONFIG_VARIABLE} file {path} is not valid TOML: {exc}; fix it or unset "
+            f"{CONFIG_VARIABLE}"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{CONFIG_VARIABLE} file {path} is not UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{CONFIG_VARIABLE} file {path} cannot be read ({exc.strerror}): {fix}"
+        ) from None
+    return path
+
+
+def describe_settings_error(
+    exc: ValidationError, environ: Mapping[str, str] | None = None, config_file: str | None = None
+) -> str:
+    """The problems of invalid settings on one line, each named by its variable, or by the
+    config file and key when the value came from there (not from ``environ``)."""
+    given = {name.upper() for name in environ or {}}
     parts = []
     for err in exc.errors(include_url=False):
-        variable = ENV_PREFIX + "__".join(str(p) for p in err["loc"][:2]).upper()
+        loc = [str(p) for p in err["loc"][:2]]
+        variable = ENV_PREFIX + "__".join(loc).upper()
+        section_variable = ENV_PREFIX + loc[0].upper()
+        if config_file and len(loc) == 2 and not given & {variable, section_variable}:
+            name = f"{config_file}: [{loc[0]}] {loc[1]}"
+        else:
+            name = variable
         value = err.get("input")
         shown = f"={value}" if isinstance(value, str | int | float) else ""
         problem = "no such setting" if err["type"] == "extra_forbidden" else err["msg"]
-        parts.append(f"{variable}{shown}: {problem}")
+        parts.append(f"{name}{shown}: {problem}")
     return "; ".join(parts)
 
 
 def settings_from_environment() -> Settings:
-    """Settings for the command line; unknown or invalid settings raise a one-line ConfigError."""
+    """Settings for the command line; unknown or invalid settings, JSON that does not parse
+    and a config file that is missing or not TOML raise a one-line ConfigError."""
     check_environment(os.environ)
+    check_json_values(os.environ)
     try:
         return load_settings()
     except ValidationError as exc:
-        from_file = CONFIG_VARIABLE in os.environ
-        source = f" (environment or {CONFIG_VARIABLE} file)" if from_file else ""
-        raise ConfigError(f"invalid settings{source}: {describe_settings_error(exc)}") from exc
+        config_file = os.environ.get(CONFIG_VARIABLE)
+        source = f" (environment or {CONFIG_VARIABLE} file)" if config_file else ""
+        problems = describe_settings_error(exc, os.environ, config_file)
+        raise ConfigError(f"invalid settings{source}: {problems}") from exc

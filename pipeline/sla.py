@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -52,36 +51,6 @@ TICK_FIELDS: dict[str, str] = {"emitted_at": "BIGINT"}
 
 class SlaJobError(BabelStreamError):
     """The SLA job's streaming query failed."""
-
-
-_DURATION = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``500ms``, ``5s``, ``1.5m``, ``2h``, ``30d`` or a bare number of seconds."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ConfigError(f"invalid duration {text!r}: expected e.g. 500ms, 5s, 1m, 2h, 30d")
-    return float(match["number"]) * _UNIT_SECONDS[match["unit"] or "s"]
-
-
-def parse_instant(text: str, now: int) -> int:
-    """Epoch ms of ``text``: ``now``, ``now-<duration>``, digits (epoch ms) or ISO 8601."""
-    text = text.strip()
-    if text == "now":
-        return now
-    if text.startswith("now-"):
-        return now - round(parse_duration(text[4:]) * 1000)
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise ConfigError(f"invalid time {text!r}: expected ISO 8601, epoch ms or now-30d") from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def spark_interval(seconds: float) -> str:
@@ -337,6 +306,37 @@ def sink_transactional_id(sla: SlaSettings) -> str:
     return f"babelstream-sla-{digest.hexdigest()}"
 
 
+@dataclass(frozen=True)
+class JobRun:
+    """What the SLA job was last started with, kept beside its checkpoint: the dashboard
+    reads it to say why it shows no windows (a run with only the console sink, say)."""
+
+    sinks: tuple[str, ...]
+    sink_topic: str
+    started_at: int
+
+    @staticmethod
+    def path(checkpoint_dir: Path) -> Path:
+        return checkpoint_dir / "sinks" / "run.json"
+
+    def write(self, checkpoint_dir: Path) -> None:
+        """Replace the record atomically."""
+        path = self.path(checkpoint_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({**self.__dict__, "sinks": list(self.sinks)}))
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, checkpoint_dir: Path) -> JobRun | None:
+        """The last run's record, or None when the job never ran with this checkpoint."""
+        try:
+            doc = json.loads(cls.path(checkpoint_dir).read_text())
+            return cls(tuple(doc["sinks"]), str(doc["sink_topic"]), int(doc["started_at"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
 class BatchLog:
     """The id of the last micro-batch one sink has fully written, kept in a file.
 
@@ -383,26 +383,62 @@ def input_rows(report: Mapping[str, Any]) -> int:
     return int(report.get("numInputRows") or 0)
 
 
+def _partition_offsets(offsets: Any, topic: str) -> dict[str, int] | None:
+    """One topic's partition -> offset in a Kafka source's offsets (a dict, or its JSON)."""
+    if isinstance(offsets, str):
+        try:
+            offsets = json.loads(offsets)
+        except ValueError:
+            return None
+    partitions = offsets.get(topic) if isinstance(offsets, Mapping) else None
+    if not isinstance(partitions, Mapping):
+        return None
+    return {str(partition): int(offset) for partition, offset in partitions.items()}
+
+
+def topic_rows(report: Mapping[str, Any], topic: str) -> int | None:
+    """Records of ``topic`` a micro-batch read, from its Kafka source's start and end offsets
+    (at most the source's input rows); None when no source reads ``topic``.
+
+    A first batch has no start offsets (Spark leaves them out): it counts from offset 0.
+    """
+    counted: int | None = None
+    for source in report.get("sources") or ():
+        end = _partition_offsets(source.get("endOffset"), topic)
+        if end is None:
+            continue
+        start = _partition_offsets(source.get("startOffset"), topic) or {}
+        read = sum(max(0, offset - start.get(partition, 0)) for partition, offset in end.items())
+        counted = (counted or 0) + min(read, int(source.get("numInputRows") or 0))
+    return counted
+
+
 @dataclass
 class ProgressTracker:
     """Follows a streaming query's progress reports (plain dicts, as Spark gives them).
 
-    ``idle()`` is true once the latest report had no input rows and none with
-    input has arrived for ``idle_s`` seconds. A query that has not reported
-    yet (still starting, slowly on a loaded machine) or whose latest batch had
-    input (the next one may be running, however long it takes) is not idle.
-    Spark also reports progress while idle, under the next batch's id; a
-    report counts once, by batch id and timestamp.
+    *Activity* is input on ``activity_topic`` (the results; a worker's ticks
+    arrive all the time and are not activity), or any input without it or
+    when a report does not say (:func:`topic_rows`). ``idle()`` is true once
+    the latest report had no activity and none has come for ``idle_s``
+    seconds. A query that has not reported yet (still starting, slowly on a
+    loaded machine) or whose latest batch had activity (the next one may be
+    running, however long it takes) is not idle. Spark also reports progress
+    while idle, under the next batch's id; a report counts once, by batch id
+    and timestamp.
     """
 
     idle_s: float | None = None
     clock: Callable[[], float] = time.monotonic
     # called with the input rows of each new micro-batch that had some (progress bars)
     on_input: Callable[[int], object] | None = None
+    activity_topic: str | None = None
     input_batches: list[BatchStat] = field(default_factory=list, init=False)
+    # records of the activity topic read (every input record without one)
+    results: int = field(default=0, init=False)
     _seen: set[tuple[int, str]] = field(default_factory=set, init=False, repr=False)
-    _last_input: float | None = field(default=None, init=False, repr=False)
-    _latest_had_input: bool = field(default=False, init=False, repr=False)
+    _last_activity: float | None = field(default=None, init=False, repr=False)
+    _latest_active: bool = field(default=False, init=False, repr=False)
 
     def observe(self, progress: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Take in progress reports (repeats are ignored); returns the new ones."""
@@ -413,25 +449,31 @@ class ProgressTracker:
                 continue
             self._seen.add(key)
             new.append(report)
-            if self._last_input is None:
-                self._last_input = self.clock()
+            if self._last_activity is None:
+                self._last_activity = self.clock()
             rows = input_rows(report)
-            self._latest_had_input = rows > 0
+            on_topic = (
+                None if self.activity_topic is None else topic_rows(report, self.activity_topic)
+            )
+            active = rows if on_topic is None else on_topic
+            self._latest_active = active > 0
+            self.results += active
+            if active:
+                self._last_activity = self.clock()
             if rows:
                 ms = int((report.get("durationMs") or {}).get("triggerExecution", 0))
                 self.input_batches.append(BatchStat(key[0], rows, ms))
-                self._last_input = self.clock()
                 if self.on_input is not None:
                     self.on_input(rows)
         return new
 
     def idle(self) -> bool:
-        """Whether the ``idle_s`` limit has passed without new input."""
+        """Whether the ``idle_s`` limit has passed without activity."""
         return (
             self.idle_s is not None
-            and self._last_input is not None
-            and not self._latest_had_input
-            and self.clock() - self._last_input >= self.idle_s
+            and self._last_activity is not None
+            and not self._latest_active
+            and self.clock() - self._last_activity >= self.idle_s
         )
 
 
@@ -450,6 +492,8 @@ class RunSummary:
     windows: int
     wall_s: float
     late_rows: int = 0
+    # input records that were results (the others: ticks); None: not told apart
+    results: int | None = None
 
     @property
     def input_rows(self) -> int:

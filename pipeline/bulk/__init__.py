@@ -12,11 +12,17 @@ corpora larger than one machine, with the same segmenter and output layout.
 
 from __future__ import annotations
 
-from pipeline.errors import BabelStreamError
+from pipeline.errors import EXIT_USAGE, BabelStreamError
 
 
 class BulkError(BabelStreamError):
     """A bulk job cannot go on: bad input, inconsistent state, or no results coming."""
+
+
+class BulkInputError(BulkError):
+    """The job's input, id or pair is unusable as given (a usage mistake: exit 2)."""
+
+    exit_code = EXIT_USAGE
 
 
 class BulkInterrupted(BulkError):

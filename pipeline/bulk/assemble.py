@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from pipeline.bulk import BulkError
+from pipeline.bulk import BulkInputError
 from pipeline.bulk.schema import OUTPUT_COLUMNS, OUTPUT_FIELDS, DocStatus
 from pipeline.bulk.segmenter import Segmentation
 
@@ -77,7 +77,7 @@ def check_output_columns(names: Sequence[str]) -> None:
     """Refuse an input that already has one of the columns the output appends."""
     clash = [name for name in OUTPUT_COLUMNS if name in names]
     if clash:
-        raise BulkError(
+        raise BulkInputError(
             f"the input already has column(s) {', '.join(clash)}; rename them before translating"
         )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pipeline.bulk import BulkError
+from pipeline.bulk import BulkInputError
 from pipeline.bulk.assemble import DocumentOutcome, SegmentOutcome, assemble_document
 from pipeline.bulk.readers import DocumentBatch
 from pipeline.bulk.requests import request_id
@@ -83,8 +83,8 @@ def plan_batch(
             continue
         try:
             segmentation = segment_for_format(text, text_format, max_segment_bytes)
-        except BulkError as exc:
-            raise BulkError(f"document {doc_id!r}: {exc}") from None
+        except BulkInputError as exc:
+            raise BulkInputError(f"document {doc_id!r}: {exc}") from None
         documents.append(segmentation)
         tasks.extend(
             SegmentTask(request_id(job_id, doc_id, i), doc_index, i, segment.text)

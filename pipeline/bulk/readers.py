@@ -29,7 +29,7 @@ import pyarrow.dataset as ds
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from pipeline.bulk import BulkError
+from pipeline.bulk import BulkInputError
 from pipeline.bulk.requests import doc_key
 
 Format = Literal["auto", "parquet", "jsonl", "csv", "text"]
@@ -70,7 +70,7 @@ def _files(path: Path) -> list[Path]:
 def _format_of_file(path: Path) -> Format:
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
-        raise BulkError(
+        raise BulkInputError(
             f"{path}: unknown file type {path.suffix or '(no suffix)'!r}; supported: "
             f"{supported_suffixes()} (or say --format text to read any file as one document)"
         )
@@ -83,9 +83,9 @@ def detect_format(path: Path) -> Format:
         return _format_of_file(path)
     kinds = {_format_of_file(p) for p in _files(path)}
     if not kinds:
-        raise BulkError(f"{path}: the folder holds no files")
+        raise BulkInputError(f"{path}: the folder holds no files")
     if len(kinds) > 1:
-        raise BulkError(
+        raise BulkInputError(
             f"{path}: the folder mixes formats ({', '.join(sorted(kinds))}); "
             "give one folder per format"
         )
@@ -120,7 +120,10 @@ class _ParquetSource(_Source):
 
     def __init__(self, path: Path) -> None:
         super().__init__(path)
-        dataset = ds.dataset(path, format="parquet", partitioning="hive")
+        try:
+            dataset = ds.dataset(path, format="parquet", partitioning="hive")
+        except pa.ArrowInvalid as exc:
+            raise BulkInputError(f"{path}: not Parquet ({exc})") from None
         # (file, its hive partition values) in the dataset's (sorted) file order
         self._files = [
             (Path(fragment.path), ds.get_partition_keys(fragment.partition_expression))
@@ -196,7 +199,7 @@ class _JsonlSource(_Source):
                 try:
                     table = pa_json.read_json(io.BytesIO(chunk))
                 except pa.ArrowInvalid as exc:
-                    raise BulkError(
+                    raise BulkInputError(
                         f"{file} (lines {line}-{line + lines - 1}): not JSON Lines: {exc}"
                     ) from None
                 line += lines
@@ -230,7 +233,7 @@ class _CsvSource(_Source):
         for file in self._files:
             found = self._open(file).schema.names
             if names is not None and found != names:
-                raise BulkError(f"{file}: columns {found} differ from the other CSV files'")
+                raise BulkInputError(f"{file}: columns {found} differ from the other CSV files'")
             names = found
         self._names = names or []
 
@@ -243,7 +246,7 @@ class _CsvSource(_Source):
         try:
             return pa_csv.open_csv(file, convert_options=convert)
         except pa.ArrowInvalid as exc:
-            raise BulkError(f"{file}: not CSV: {exc}") from None
+            raise BulkInputError(f"{file}: not CSV: {exc}") from None
 
     def schema(self) -> pa.Schema:
         return pa.schema([(name, pa.string()) for name in self._names])
@@ -253,7 +256,7 @@ class _CsvSource(_Source):
             try:
                 yield from self._open(file, self._names)
             except pa.ArrowInvalid as exc:
-                raise BulkError(f"{file}: not CSV: {exc}") from None
+                raise BulkInputError(f"{file}: not CSV: {exc}") from None
 
 
 class _TextSource(_Source):
@@ -291,7 +294,7 @@ def _read_text(path: Path) -> str:
     try:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BulkError(f"{path}: not UTF-8 text ({exc})") from None
+        raise BulkInputError(f"{path}: not UTF-8 text ({exc})") from None
 
 
 def unify(schemas: Sequence[pa.Schema], what: str = "the inputs") -> pa.Schema:
@@ -299,7 +302,7 @@ def unify(schemas: Sequence[pa.Schema], what: str = "the inputs") -> pa.Schema:
     try:
         return pa.unify_schemas(list(schemas), promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise BulkError(f"{what}: columns are not compatible: {exc}") from None
+        raise BulkInputError(f"{what}: columns are not compatible: {exc}") from None
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
@@ -315,7 +318,7 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             try:
                 column = column.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise BulkError(f"column {field.name!r}: {exc}") from None
+                raise BulkInputError(f"column {field.name!r}: {exc}") from None
         columns.append(column)
     return pa.record_batch(columns, schema=schema)
 
@@ -358,13 +361,13 @@ class CorpusReader:
         text_column: str = "text",
     ) -> None:
         if not inputs:
-            raise BulkError("no input given")
+            raise BulkInputError("no input given")
         self.text_column = text_column
         self._id_column = id_column
         self._sources: list[_Source] = []
         for path in inputs:
             if not path.exists():
-                raise BulkError(f"input {path} does not exist")
+                raise BulkInputError(f"input {path} does not exist")
             kind = detect_format(path) if fmt == "auto" else fmt
             if kind == "parquet":
                 self._sources.append(_ParquetSource(path))
@@ -382,11 +385,11 @@ class CorpusReader:
             return self._info
         schemas = [s for s in (source.schema() for source in self._sources) if s.names]
         if not schemas:
-            raise BulkError("the inputs hold no documents")
+            raise BulkInputError("the inputs hold no documents")
         schema = unify(schemas)
         text = self.text_column
         if text not in schema.names:
-            raise BulkError(
+            raise BulkInputError(
                 f"no text column {text!r} (columns: {', '.join(schema.names)}); "
                 "choose one with --text-column"
             )
@@ -396,12 +399,12 @@ class CorpusReader:
             or pa.types.is_large_string(text_type)
             or pa.types.is_null(text_type)
         ):
-            raise BulkError(f"text column {text!r} holds {text_type}, not strings")
+            raise BulkInputError(f"text column {text!r} holds {text_type}, not strings")
         id_column = self._id_column
         if id_column is None and DEFAULT_ID_COLUMN in schema.names:
             id_column = DEFAULT_ID_COLUMN
         if id_column is not None and id_column not in schema.names:
-            raise BulkError(f"no id column {id_column!r} (columns: {', '.join(schema.names)})")
+            raise BulkInputError(f"no id column {id_column!r} (columns: {', '.join(schema.names)})")
         documents = self._check_ids(id_column)
         self._info = CorpusInfo(schema, documents, id_column)
         return self._info
@@ -427,7 +430,7 @@ class CorpusReader:
         everything = np.sort(np.concatenate(keys)) if keys else np.array([], np.uint64)
         repeated = everything[1:][everything[1:] == everything[:-1]]
         if len(repeated):
-            raise BulkError(
+            raise BulkInputError(
                 "document ids must be unique; repeated: "
                 + ", ".join(map(repr, self._ids_with_keys(id_column, set(repeated.tolist()))))
             )
@@ -462,7 +465,7 @@ def _ids_of(batch: pa.RecordBatch, id_column: str, first: int) -> list[str]:
     raw = batch.column(id_column).to_pylist()
     for offset, value in enumerate(raw):
         if value is None:
-            raise BulkError(
+            raise BulkInputError(
                 f"id column {id_column!r} has an empty (null) id (document {first + offset})"
             )
     return [str(v) for v in raw]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.bulk import BulkError
+from pipeline.bulk import BulkInputError
 from pipeline.messages import TranslationRequest
 from pipeline.pairs import Pair
 from pipeline.routing import request_digest
@@ -35,9 +35,9 @@ def _short_digest(*parts: str) -> str:
 
 
 def check_job_id(job_id: str) -> str:
-    """Return ``job_id`` if usable as a folder name and id prefix, else raise BulkError."""
+    """Return ``job_id`` if usable as a folder name and id prefix, else raise BulkInputError."""
     if not JOB_ID_PATTERN.fullmatch(job_id):
-        raise BulkError(
+        raise BulkInputError(
             f"invalid job id {job_id!r}: 1-64 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
         )
     return job_id

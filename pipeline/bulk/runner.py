@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from pipeline.bulk import BulkCancelled, BulkError, BulkInterrupted
+from pipeline.bulk import BulkCancelled, BulkError, BulkInputError, BulkInterrupted
 from pipeline.bulk.assemble import SegmentOutcome, assemble_table, output_schema
 from pipeline.bulk.plan import BatchPlan, SegmentTask, plan_batch
 from pipeline.bulk.readers import CorpusReader
@@ -109,7 +109,7 @@ def model_id_for(settings: Settings, pair: Pair) -> str:
     """The model id serving ``pair`` (part of every cache and dedup digest)."""
     model = Registry.load(settings.engine.registry).model_for(pair)
     if model is None:
-        raise BulkError(f"no model serves pair {pair.id} in {settings.engine.registry}")
+        raise BulkInputError(f"no model serves pair {pair.id} in {settings.engine.registry}")
     return model.model_id
 
 

@@ -95,16 +95,16 @@ def segment_whole(text: str, max_bytes: int = 16 * 1024) -> Segmentation:
     """A markup document as one segment: markup must not be cut between sentences.
 
     Surrounding whitespace stays outside; a document over ``max_bytes`` is a
-    :class:`~pipeline.bulk.BulkError` (raise ``BABELSTREAM_LIMITS__MAX_TEXT_BYTES``).
+    :class:`~pipeline.bulk.BulkInputError` (raise ``BABELSTREAM_LIMITS__MAX_TEXT_BYTES``).
     """
-    from pipeline.bulk import BulkError
+    from pipeline.bulk import BulkInputError
 
     core = text.strip()
     if not core:
         return Segmentation((), text)
     size = len(core.encode("utf-8"))
     if size > max_bytes:
-        raise BulkError(
+        raise BulkInputError(
             f"a markup document of {size} bytes is over the {max_bytes}-byte request limit "
             "(markup documents travel whole; raise BABELSTREAM_LIMITS__MAX_TEXT_BYTES)"
         )

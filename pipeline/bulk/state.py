@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.bulk import BulkError
+from pipeline.bulk import BulkError, BulkInputError
 from pipeline.bulk.assemble import SegmentOutcome
 from pipeline.bulk.plan import SegmentTask
 from pipeline.bulk.requests import check_job_id, text_digest
@@ -94,7 +94,7 @@ class JobState:
         try:
             manifest: dict[str, Any] = json.loads(self.manifest_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise BulkError(f"no bulk job {self.job_id!r} under {self.path.parent}") from None
+            raise BulkInputError(f"no bulk job {self.job_id!r} under {self.path.parent}") from None
         return manifest
 
     def start(self, identity: dict[str, Any], **fields: Any) -> dict[str, Any]:

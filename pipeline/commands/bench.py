@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from pipeline.cli import LazyGroup
+from pipeline.commands.options import Duration
 from pipeline.local_worker import DEMO_PAIR
 from pipeline.settings import Settings
 
@@ -132,7 +133,13 @@ def _sizes(
 
 @bench.command()
 @_common
-@click.option("--seconds", default=3.0, show_default=True, help="Minimum time per configuration.")
+@click.option(
+    "--seconds",
+    type=Duration(min_s=0, min_open=True),
+    default="3s",
+    show_default=True,
+    help="Minimum time per configuration.",
+)
 @click.option(
     "--sentences",
     default=256,
@@ -366,8 +373,8 @@ def compare(
 )
 @click.option(
     "--level-seconds",
-    type=click.FloatRange(1),
-    default=12.0,
+    type=Duration(min_s=1),
+    default="12s",
     show_default=True,
     help="Paced load per level.",
 )
@@ -440,8 +447,8 @@ def curve(
 )
 @click.option(
     "--phase-seconds",
-    type=click.FloatRange(1),
-    default=12.0,
+    type=Duration(min_s=1),
+    default="12s",
     show_default=True,
     help="Paced load per phase of the ramp.",
 )
@@ -532,8 +539,8 @@ def adaptive(
 )
 @click.option(
     "--seconds",
-    type=click.FloatRange(1),
-    default=30.0,
+    type=Duration(min_s=1),
+    default="30s",
     show_default=True,
     help="Length of each phase (alone, with bulk).",
 )

@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from pipeline.bulk import BulkCancelled, BulkError
+from pipeline.bulk import BulkCancelled, BulkInputError
 from pipeline.bulk.readers import FORMATS, CorpusReader
 from pipeline.bulk.requests import check_job_id, default_job_id
-from pipeline.bulk.runner import JobSpec, run_job
+from pipeline.bulk.runner import JobSpec, model_id_for, run_job
 from pipeline.bulk.state import JobState, Progress, process_alive
 from pipeline.cancel import cancels_for, publish_cancels
 from pipeline.commands.options import DOMAIN_HELP, LABEL, LANGUAGE, TENANT_HELP
@@ -29,7 +29,7 @@ def bulk() -> None:
 def _checked_job_id(job_id: str) -> str:
     try:
         return check_job_id(job_id)
-    except BulkError as exc:
+    except BulkInputError as exc:
         raise click.BadParameter(str(exc), param_hint="--job-id") from None
 
 
@@ -115,6 +115,7 @@ def run(
 ) -> None:
     """Translate every document of INPUT... (Parquet, JSONL, CSV, text files or folders)."""
     pair = Pair(src, tgt)
+    model_id_for(settings, pair)  # a pair no model serves is refused before the corpus is read
     resolved = tuple(str(p.resolve()) for p in inputs)
     job_id = _checked_job_id(
         job_id
@@ -158,8 +159,6 @@ def run(
         report = run_job(settings, spec, reader)
     except BulkCancelled as exc:
         raise click.ClickException(f"{exc}; rerun the same command to resume it") from None
-    except BulkError as exc:
-        raise click.ClickException(str(exc)) from None
     summary = report.as_dict()
     if as_json:
         click.echo(json.dumps(summary))
@@ -212,10 +211,7 @@ def job_status(settings: Settings, job_id: str) -> dict[str, Any]:
 @click.pass_obj
 def status(settings: Settings, job_id: str, as_json: bool) -> None:
     """Progress of bulk job JOB_ID (segments total / completed / errors, state, output)."""
-    try:
-        doc = job_status(settings, job_id)
-    except BulkError as exc:
-        raise click.ClickException(str(exc)) from None
+    doc = job_status(settings, job_id)
     if as_json:
         click.echo(json.dumps(doc))
         return
@@ -246,10 +242,7 @@ def cancel(settings: Settings, job_id: str) -> None:
     """
     job_id = _checked_job_id(job_id)
     state = JobState(settings.bulk.state_dir, job_id)
-    try:
-        state.manifest()  # the job must exist here, or the id is probably mistyped
-    except BulkError as exc:
-        raise click.ClickException(str(exc)) from None
+    state.manifest()  # the job must exist here, or the id is probably mistyped
     publish_cancels(settings, cancels_for(job_ids=[job_id], requested_by="bulk cancel"))
     manifest = state.request_cancel()
     click.echo(f"job {job_id}: cancel requested (state {manifest['state']})", err=True)
@@ -323,8 +316,6 @@ def spark_submit(
             text_format=text_format,
             glossary=glossary,
         )
-    except BulkError as exc:
-        raise click.ClickException(str(exc)) from None
     finally:
         spark.stop()
     click.echo(json.dumps(report))
@@ -366,8 +357,6 @@ def spark_assemble(
             results_topic=results_topic,
             files=files,
         )
-    except BulkError as exc:
-        raise click.ClickException(str(exc)) from None
     finally:
         spark.stop()
     click.echo(json.dumps(report))

@@ -190,10 +190,15 @@ def no_result_hint(settings: Settings, pair: Pair) -> str:
 @click.command()
 @_request_options
 @click.option(
-    "--timeout-ms",
-    type=int,
+    "--timeout",
+    type=DURATION,
     default=None,
-    help="Deadline relative to submission [default: limits.default_timeout_ms].",
+    help="Each request's deadline, relative to submission, e.g. 30s "
+    "[default: limits.default_timeout_ms].",
+)
+# the spelling before --timeout, kept for scripts
+@click.option(
+    "--timeout-ms", type=int, default=None, hidden=True, help="--timeout in milliseconds."
 )
 @click.pass_obj
 def submit(
@@ -207,13 +212,19 @@ def submit(
     glossary: str | None,
     terms: tuple[tuple[str, str | None], ...],
     texts: tuple[str, ...],
+    timeout: float | None,
     timeout_ms: int | None,
 ) -> None:
     """Publish translation requests; print their request ids (one per line).
 
     Fetch their results later with `babelstream results ID...`.
     """
-    if timeout_ms is not None:
+    if timeout is not None and timeout_ms is not None:
+        raise click.UsageError("give --timeout or --timeout-ms, not both")
+    if timeout is not None:
+        timeout_ms = round(timeout * 1000)
+        _check_timeout_ms(timeout_ms, settings.limits, "'--timeout'", f"{timeout:g} s")
+    elif timeout_ms is not None:
         _check_timeout_ms(timeout_ms, settings.limits, "'--timeout-ms'", f"{timeout_ms} ms")
     options = _options(timeout_ms, tenant, domain, text_format, glossary, terms)
     requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
@@ -229,10 +240,10 @@ def submit(
 @click.option("--json", "as_json", is_flag=True, help="One TranslationResult JSON per line.")
 @click.option(
     "--timeout",
-    type=float,
-    default=30.0,
+    type=DURATION,
+    default="30s",
     show_default=True,
-    help="Seconds to wait; also each request's deadline.",
+    help="How long to wait (e.g. 10s, 2m; bare numbers are seconds); also each request's deadline.",
 )
 @click.option(
     "--reply-topic",

@@ -9,10 +9,10 @@ from typing import Any, get_args
 
 import click
 
+from pipeline.commands.options import INSTANT
 from pipeline.dlq import (
     LetterFilter,
     Replayer,
-    parse_since,
     plan_replay,
     read_dead_letters,
     read_replayed,
@@ -26,21 +26,13 @@ from pipeline.stack.topics import ensure_named
 REASONS = get_args(DeadLetterReason)
 
 
-def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_since(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _filter_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--since",
-        callback=_since,
+        type=INSTANT,
         default=None,
-        help="Only letters received since: 15m, 2h, 1d, epoch ms or ISO time.",
+        help="Only letters received since: a duration back (15m, 2h, 1d), ISO 8601, "
+        "epoch ms or now-<duration>.",
     )(f)
     return click.option(
         "--reason",

@@ -10,7 +10,8 @@ from typing import TypeVar
 import click
 import redis
 
-from pipeline.errors import ContractError
+from pipeline.engine.registry import Registry
+from pipeline.errors import ContractError, ServiceUnavailable
 from pipeline.fairness import DEFAULT_TENANT
 from pipeline.fidelity.store import GlossaryError, GlossaryStore, StoredGlossary, read_terms
 from pipeline.pairs import Pair
@@ -23,11 +24,28 @@ def _store(settings: Settings) -> GlossaryStore:
     return GlossaryStore(settings.redis)
 
 
-def _pair(value: str) -> str:
+def _parsed_pair(value: str) -> Pair:
     try:
-        return Pair.parse(value).id
+        return Pair.parse(value)
     except ContractError as exc:
         raise click.BadParameter(str(exc), param_hint="--pair") from None
+
+
+def _pair(value: str) -> str:
+    return _parsed_pair(value).id
+
+
+def _served_pair(settings: Settings, value: str) -> str:
+    """A pair id some model of the registry serves (a glossary of another pair is never used)."""
+    pair = _parsed_pair(value)
+    registry = Registry.load(settings.engine.registry)
+    if registry.model_for(pair) is None:
+        raise click.BadParameter(
+            f"no model serves {pair.id} in {registry.path} ({registry.describe()}); add one "
+            f"with `babelstream models convert ... --pair {pair.id}` first",
+            param_hint="--pair",
+        )
+    return pair.id
 
 
 def _summary(stored: StoredGlossary) -> dict[str, object]:
@@ -42,13 +60,21 @@ def _summary(stored: StoredGlossary) -> dict[str, object]:
 
 
 def _run(action: Callable[[], T]) -> T:
-    """Run ``action``, turning store and Redis errors into one-line CLI errors."""
+    """Run ``action``; Redis not answering is a service that is not there (exit 69)."""
     try:
         return action()
-    except GlossaryError as exc:
-        raise click.ClickException(str(exc)) from None
     except redis.RedisError as exc:
-        raise click.ClickException(f"cannot reach Redis: {exc}") from None
+        raise ServiceUnavailable(
+            f"cannot reach Redis ({exc}); start the local stack with `babelstream up`, "
+            "or set BABELSTREAM_REDIS__URL to your Redis"
+        ) from None
+
+
+def _missing(tenant: str, pair: str, name: str) -> GlossaryError:
+    return GlossaryError(
+        f"no glossary {name!r} for tenant {tenant!r} and pair {pair}; "
+        f"`babelstream glossary list --tenant {tenant}` lists them"
+    )
 
 
 _tenant = click.option(
@@ -74,8 +100,9 @@ def glossary() -> None:
 @click.pass_obj
 def put(settings: Settings, tenant: str, pair: str, name: str, file: Path) -> None:
     """Store FILE (TSV or CSV: source[,target]; no target = do not translate) as a new version."""
-    terms = _run(lambda: read_terms(file, settings.fidelity.max_terms))
-    stored = _run(lambda: _store(settings).put(tenant, _pair(pair), name, terms))
+    pair_id = _served_pair(settings, pair)
+    terms = read_terms(file, settings.fidelity.max_terms)
+    stored = _run(lambda: _store(settings).put(tenant, pair_id, name, terms))
     click.echo(json.dumps(_summary(stored)))
 
 
@@ -97,7 +124,7 @@ def get(settings: Settings, tenant: str, pair: str, name: str) -> None:
     """Print the glossary as TSV (version in a comment line)."""
     stored = _run(lambda: _store(settings).get(tenant, _pair(pair), name))
     if stored is None:
-        raise click.ClickException(f"no glossary {name!r} for tenant {tenant!r} and pair {pair}")
+        raise _missing(tenant, pair, name)
     click.echo(f"# version {stored.version}")
     for term in stored.terms:
         click.echo(term.source if term.target is None else f"{term.source}\t{term.target}")
@@ -111,5 +138,5 @@ def get(settings: Settings, tenant: str, pair: str, name: str) -> None:
 def delete(settings: Settings, tenant: str, pair: str, name: str) -> None:
     """Remove the glossary; requests that name it then fail with glossary_not_found."""
     if not _run(lambda: _store(settings).delete(tenant, _pair(pair), name)):
-        raise click.ClickException(f"no glossary {name!r} for tenant {tenant!r} and pair {pair}")
+        raise _missing(tenant, pair, name)
     click.echo(f"deleted {tenant}/{pair}/{name}")

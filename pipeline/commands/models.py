@@ -13,7 +13,7 @@ import click
 
 from pipeline.engine.convert import NEEDS_TORCH, QUANTIZATIONS, SOURCES, find_tokenizers
 from pipeline.engine.registry import PairEntry, Registry
-from pipeline.errors import ConfigError, ContractError
+from pipeline.errors import ContractError
 from pipeline.pairs import Pair
 from pipeline.settings import PROJECT_ROOT, Settings
 
@@ -114,7 +114,7 @@ def convert(
     except ContractError as exc:
         raise click.BadParameter(str(exc), param_hint="--pair") from None
     if reg and pair and pair.id in reg.pairs:
-        raise click.ClickException(f"pair {pair.id} is already in {reg.path}")
+        raise click.BadParameter(f"pair {pair.id} is already in {reg.path}", param_hint="--pair")
     if Path(source).exists():  # a local path; otherwise a hub name for transformers
         source = str(Path(source).resolve())
     output = output.resolve()
@@ -175,10 +175,7 @@ def _register(
         compute_type=compute_type,
         max_input_tokens=max_input_tokens,
     )
-    try:
-        reg.add(entry)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+    reg.add(entry)
     click.echo(f"added {pair.id} -> {model_dir} to {reg.path}", err=True)
 
 
@@ -342,10 +339,7 @@ def _registry(settings: Settings, path: Path | None, *, create: bool = False) ->
     target = path or settings.engine.registry
     if create and not target.exists():
         return Registry(path=target)
-    try:
-        return Registry.load(target)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return Registry.load(target)
 
 
 def _run_in_train_env(module: str, args: list[str], python: Path = TRAIN_PYTHON) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import click
 
+from pipeline.durations import parse_duration, parse_instant
 from pipeline.errors import ConfigError
 from pipeline.messages import BCP47_PATTERN, now_ms
-from pipeline.sla import parse_duration, parse_instant
 
 _BCP47 = re.compile(BCP47_PATTERN)
 
@@ -50,27 +49,48 @@ TENANT_HELP = "Tenant label: caches and dedup never share entries across tenants
 DOMAIN_HELP = "Domain label (e.g. legal, medical); part of the cache key."
 
 
-class Parsed(click.ParamType):
-    """An option value read by a parser that raises ConfigError (values not given as text
-    are taken as already parsed)."""
+class Duration(click.ParamType):
+    """A duration (:func:`pipeline.durations.parse_duration`: bare numbers are seconds; ms, s,
+    m, h, d), in seconds, with an optional lower bound (``min_open``: the bound itself is
+    refused); values not given as text are seconds already."""
 
-    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
-        self.name = name
-        self._parse = parse
+    name = "duration"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if not isinstance(value, str):
+    def __init__(self, min_s: float | None = None, *, min_open: bool = False) -> None:
+        self._min_s = min_s
+        self._min_open = min_open
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        try:
+            seconds = float(value) if isinstance(value, int | float) else parse_duration(value)
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+        if self._min_s is not None and (
+            seconds <= self._min_s if self._min_open else seconds < self._min_s
+        ):
+            bound = "more than" if self._min_open else "at least"
+            self.fail(f"{value!r} is too short: give {bound} {self._min_s:g}s", param, ctx)
+        return seconds
+
+
+class Instant(click.ParamType):
+    """A time (:func:`pipeline.durations.parse_instant`), as epoch ms."""
+
+    name = "time"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
             return value
         try:
-            return self._parse(value)
+            return parse_instant(str(value), now_ms())
         except ConfigError as exc:
             self.fail(str(exc), param, ctx)
 
 
-# a duration such as 500ms, 5s, 1m, 2h or 30d, in seconds
-DURATION = Parsed("duration", parse_duration)
-# a point in time: ISO 8601 (UTC unless it says otherwise), epoch ms, or now-30d; epoch ms
-INSTANT = Parsed("time", lambda text: parse_instant(text, now_ms()))
+DURATION = Duration()
+INSTANT = Instant()
 
 
 def refuse_router_contradiction(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

@@ -51,8 +51,13 @@ def stop_on_signals() -> Iterator[threading.Event]:
 
 def summary_line(summary: RunSummary) -> str:
     """The one-line report printed when the job stops."""
+    read = (
+        f"{summary.input_rows} records"
+        if summary.results is None
+        else f"{summary.results} results and {summary.input_rows - summary.results} ticks"
+    )
     return (
-        f"sla: {summary.input_rows} results in {len(summary.input_batches)} batches, "
+        f"sla: {read} in {len(summary.input_batches)} batches, "
         f"{summary.windows} windows emitted, {summary.late_rows} late rows, "
         f"{summary.wall_s:.1f}s"
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from pipeline.commands.stack import _print_status, _report
-from pipeline.errors import StackError
 from pipeline.settings import Settings
 from pipeline.stack import manager
 from pipeline.stack.spark import spark_services
@@ -25,10 +24,7 @@ def spark() -> None:
 @click.pass_obj
 def up(settings: Settings, as_json: bool) -> None:
     """Start the master and the workers (no-op for what already runs)."""
-    try:
-        manager.start(settings, spark_services(settings), _report)
-    except StackError as exc:
-        raise click.ClickException(str(exc)) from exc
+    manager.start(settings, spark_services(settings), _report)
     names = {s.name for s in spark_services(settings)}
     _print_status([s for s in manager.status(settings) if s.name in names], as_json)
     click.echo(f"master: {settings.spark.master_url}", err=True)

@@ -7,7 +7,6 @@ import json
 import click
 
 from pipeline.components import ComponentStatus, components
-from pipeline.errors import StackError
 from pipeline.settings import Settings
 from pipeline.stack import layout, manager
 
@@ -41,7 +40,8 @@ def _print_status(
         click.echo(_service_line(s))
     for c in others or []:
         click.echo(
-            f"{c.name:<9} {c.address:<22} {'running' if c.running else '-':<8} {'':<8} {c.detail}"
+            f"{c.name:<9} {c.address:<22} {c.state or ('running' if c.running else '-'):<8} "
+            f"{'':<8} {c.detail}"
         )
 
 
@@ -62,10 +62,7 @@ def _print_status(
 @click.pass_obj
 def up(settings: Settings, as_json: bool, brokers: int | None, secure: bool | None) -> None:
     """Start Kafka and Redis (no-op for what already runs) and create the topics."""
-    try:
-        statuses = manager.up(layout.with_layout(settings, brokers, secure), _report)
-    except StackError as exc:
-        raise click.ClickException(str(exc)) from exc
+    statuses = manager.up(layout.with_layout(settings, brokers, secure), _report)
     _print_status(statuses, as_json)
 
 
@@ -73,10 +70,7 @@ def up(settings: Settings, as_json: bool, brokers: int | None, secure: bool | No
 @click.pass_obj
 def down(settings: Settings) -> None:
     """Stop the processes `babelstream up` started."""
-    try:
-        manager.down(settings, _report)
-    except StackError as exc:
-        raise click.ClickException(str(exc)) from exc
+    manager.down(settings, _report)
 
 
 @click.command()

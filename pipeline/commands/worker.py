@@ -15,6 +15,7 @@ from pipeline.cache import LruCache, RedisCache, TwoLevelCache
 from pipeline.commands.options import refuse_router_contradiction
 from pipeline.digest import files_fingerprint
 from pipeline.engine.registry import ModelEntry, Registry
+from pipeline.errors import ConfigError
 from pipeline.pairs import Pair
 from pipeline.scheduling import PriorityGate
 from pipeline.settings import Settings
@@ -52,7 +53,7 @@ def _port(host: str, port: int, setting: str) -> int:
         try:
             probe.bind((host, port))
         except OSError as exc:
-            raise click.ClickException(
+            raise ConfigError(
                 f"{host}:{port} is in use ({exc.strerror}); give this worker its own port "
                 f"with {setting}=<port>, or 0 to pick a free one"
             ) from exc
@@ -71,7 +72,7 @@ def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as exc:
         handle.close()
-        raise click.ClickException(
+        raise ConfigError(
             f"another worker on this host already runs as group instance {instance_id!r}; "
             "give each replica its own BABELSTREAM_WORKER__INSTANCE_ID"
         ) from exc

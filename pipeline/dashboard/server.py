@@ -5,6 +5,11 @@ rendered with them (tables, and the snapshot as JSON for the charts), then
 server-sent events keep it current. Late rows (``translate.sla.late``) are
 counted per window; period summaries come from the job's Parquet history
 (``/api/report``, the same merge as ``babelstream sla report``).
+
+A *series* is a pair, a priority class and a window definition (its length:
+runs of the job with other ``--window`` sizes write to the same topic), kept
+in window order whatever order the records came in. With no window to show,
+the page says why (:func:`empty_reason`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 from pipeline.kafka_clients import aiokafka_options
 from pipeline.messages import LateResult, SlaWindow, now_ms
 from pipeline.settings import KafkaSettings, Settings, SlaSettings
+from pipeline.sla import JobRun
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,10 @@ KEEPALIVE_S = 15.0
 
 PERIODS_S = {"1h": 3600, "1d": 86_400, "30d": 30 * 86_400}
 
-SeriesKey = tuple[str, str]  # (pair or "unsupported", priority)
+# (pair or "unsupported", priority, window length in ms)
+SeriesKey = tuple[str, str, int]
+# (pair, priority, window start, window end)
+WindowKey = tuple[str, str, int, int]
 
 
 class WindowStore:
@@ -50,12 +59,13 @@ class WindowStore:
     def __init__(self, max_windows: int) -> None:
         self._max = max_windows
         self._series: dict[SeriesKey, dict[int, SlaWindow]] = {}
-        self._late: dict[tuple[str, str, int], set[str]] = {}
+        self._late: dict[WindowKey, set[str]] = {}
         self._subscribers: set[asyncio.Queue[tuple[str, dict[str, Any]]]] = set()
 
     def add(self, window: SlaWindow) -> None:
         """Store (or replace) one window and push it to every subscriber."""
-        windows = self._series.setdefault((window.pair, window.priority), {})
+        length = window.window_end - window.window_start
+        windows = self._series.setdefault((window.pair, window.priority, length), {})
         windows[window.window_start] = window
         while len(windows) > self._max:
             del windows[min(windows)]
@@ -63,18 +73,19 @@ class WindowStore:
 
     def add_late(self, late: LateResult) -> None:
         """Count one late row (by request id, so a re-sent record counts once) of its window."""
-        key = (late.pair, late.priority, late.window_start)
+        key = (late.pair, late.priority, late.window_start, late.window_end)
         ids = self._late.setdefault(key, set())
         if late.request_id not in ids:
             ids.add(late.request_id)
             self._publish("late", self._late_entry(key))
 
-    def _late_entry(self, key: tuple[str, str, int]) -> dict[str, Any]:
-        pair, priority, start = key
+    def _late_entry(self, key: WindowKey) -> dict[str, Any]:
+        pair, priority, start, end = key
         return {
             "pair": pair,
             "priority": priority,
             "window_start": start,
+            "window_end": end,
             "late": len(self._late[key]),
         }
 
@@ -83,7 +94,8 @@ class WindowStore:
             queue.put_nowait((event, data))
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every stored window, per series in window order, as JSON-ready dicts."""
+        """Every stored window, series by series (pair, priority, window length) and in
+        window order within each, as JSON-ready dicts."""
         return [
             window.model_dump()
             for series in sorted(self._series)
@@ -201,6 +213,7 @@ STORE_KEY = web.AppKey("store", WindowStore)
 FEED_KEY = web.AppKey("feed", SlaFeed)
 LATE_FEED_KEY = web.AppKey("late_feed", SlaFeed)
 SLA_KEY = web.AppKey("sla", SlaSettings)
+HISTORY_S_KEY = web.AppKey("history_s", float)
 
 
 def _sse(event: str, data: Any) -> bytes:
@@ -212,15 +225,27 @@ def _json_for_script(data: Any) -> str:
     return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
 
 
-def render_index(store: WindowStore, template: str) -> str:
-    """The page with the store's windows in it: tables per series and the snapshot as JSON."""
+def _window_order(window: dict[str, Any]) -> tuple[int, int]:
+    """Tables list windows by end, then by length."""
+    return window["window_end"], window["window_end"] - window["window_start"]
+
+
+def render_index(store: WindowStore, template: str, empty: str) -> str:
+    """The page with the store's windows in it: tables per pair and priority, the snapshot
+    as JSON; with no window, ``empty`` (HTML) says why."""
     snapshot = store.snapshot()
-    late = {(e["pair"], e["priority"], e["window_start"]): e["late"] for e in store.late_snapshot()}
+    late = {
+        (e["pair"], e["priority"], e["window_start"], e["window_end"]): e["late"]
+        for e in store.late_snapshot()
+    }
     sections = "".join(
         render_series(
             pair,
             priority,
-            [w for w in snapshot if (w["pair"], w["priority"]) == (pair, priority)],
+            sorted(
+                (w for w in snapshot if (w["pair"], w["priority"]) == (pair, priority)),
+                key=_window_order,
+            ),
             late,
         )
         for pair, priority in dict.fromkeys((w["pair"], w["priority"]) for w in snapshot)
@@ -231,8 +256,7 @@ def render_index(store: WindowStore, template: str) -> str:
         "</script>"
     )
     page = template.replace("<!--initial-state-->", initial)
-    if sections:
-        page = page.replace(EMPTY_MARKER, sections)
+    page = page.replace(EMPTY_MARKER, sections or f'<p id="empty">{empty}</p>')
     return page.replace(
         'data-window-count="0" data-pair-count="0"',
         f'data-window-count="{len(snapshot)}" '
@@ -240,10 +264,45 @@ def render_index(store: WindowStore, template: str) -> str:
     )
 
 
-EMPTY_MARKER = (
-    '<p id="empty">No SLA windows yet. Start the SLA job (<code>babelstream sla</code>).</p>'
-)
+EMPTY_MARKER = '<p id="empty">No SLA windows yet.</p>'
 TABLE_ROWS = 20
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def _span(seconds: float) -> str:
+    return f"{seconds:g} s" if seconds < 120 else f"{seconds / 60:g} min"
+
+
+def empty_reason(topic: str, topic_found: bool, sla: SlaSettings, history_s: float) -> str:
+    """Why the page has no window to show and what to do (HTML), from the feed's state and
+    what the SLA job was last started with (:class:`~pipeline.sla.JobRun`, in its checkpoint)."""
+    run = JobRun.read(sla.checkpoint_dir)
+    since = f"the last {_span(history_s)} (BABELSTREAM_DASHBOARD__HISTORY_S)"
+    start = "Start the SLA job: <code>babelstream sla</code>."
+    if run is not None:
+        started = f"SLA job last started {_utc(run.started_at)}"
+        sinks = ",".join(run.sinks)
+        if "kafka" not in run.sinks:
+            return html.escape(
+                f"No SLA windows: the {started} with --sinks {sinks}, which writes no window to "
+                f"{topic}. Run it with the kafka sink: babelstream sla --sinks kafka,{sinks}."
+            )
+        if run.sink_topic != topic:
+            return html.escape(
+                f"No SLA windows on {topic}: the {started} writing to {run.sink_topic}. "
+                f"Start the dashboard with --topic {run.sink_topic}."
+            )
+    if not topic_found:
+        return f"No SLA windows yet: {html.escape(topic)} does not exist yet. {start}"
+    if run is None:
+        return f"No SLA windows on {html.escape(topic)} in {since}. {start}"
+    return html.escape(
+        f"No SLA windows on {topic} in {since}. The {started} with --sinks {sinks}: it writes "
+        "a window once the watermark passes the window's end. Is it running (babelstream status)?"
+    )
 
 
 def _pct(value: float) -> str:
@@ -251,14 +310,16 @@ def _pct(value: float) -> str:
 
 
 def render_series(
-    pair: str, priority: str, windows: list[dict[str, Any]], late: dict[tuple[str, str, int], int]
+    pair: str, priority: str, windows: list[dict[str, Any]], late: dict[WindowKey, int]
 ) -> str:
-    """One series' section as the page script builds it (tables filled; charts come later)."""
+    """One pair and priority's section as the page script builds it (tables filled, every
+    window definition in one table; charts come later)."""
     rows = []
     for w in reversed(windows[-TABLE_ROWS:]):
         missed = ",".join(sorted(name for name, ok in w["met"].items() if not ok)) or "-"
         cells = [
             time.strftime("%H:%M:%S", time.gmtime(w["window_end"] / 1000)),
+            _span((w["window_end"] - w["window_start"]) / 1000),
             w["count"],
             f"{w['p50_ms']:.0f}",
             f"{w['p95_ms']:.0f}",
@@ -267,7 +328,7 @@ def render_series(
             _pct(w["error_ratio"]),
             _pct(w["cache_hit_ratio"]),
             w["duplicates"],
-            late.get((pair, priority, w["window_start"]), 0),
+            late.get((pair, priority, w["window_start"], w["window_end"]), 0),
             missed,
             "final",
         ]
@@ -294,6 +355,7 @@ TABLE_HEAD = "".join(
     f"<th>{name}</th>"
     for name in (
         "window end",
+        "window",
         "count",
         "p50 ms",
         "p95 ms",
@@ -312,9 +374,15 @@ TABLE_HEAD = "".join(
 async def index(request: web.Request) -> web.Response:
     """The dashboard page, with the windows the server already has."""
     template = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+    app = request.app
     return web.Response(
-        text=render_index(request.app[STORE_KEY], template), content_type="text/html"
+        text=render_index(app[STORE_KEY], template, _empty(app)), content_type="text/html"
     )
+
+
+def _empty(app: web.Application) -> str:
+    feed = app[FEED_KEY]
+    return empty_reason(feed.topic, feed.ready.is_set(), app[SLA_KEY], app[HISTORY_S_KEY])
 
 
 async def windows(request: web.Request) -> web.Response:
@@ -323,8 +391,10 @@ async def windows(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """Feed status: topic, whether it is following, records read and skipped."""
-    feed, late = request.app[FEED_KEY], request.app[LATE_FEED_KEY]
+    """Feed status: topic, whether it is following, records read and skipped, and with no
+    window to show, why (as the page says it)."""
+    app = request.app
+    feed, late = app[FEED_KEY], app[LATE_FEED_KEY]
     return web.json_response(
         {
             "topic": feed.topic,
@@ -333,6 +403,7 @@ async def health(request: web.Request) -> web.Response:
             "skipped": feed.skipped,
             "late_topic": late.topic,
             "late_records": late.records,
+            "empty_reason": None if app[STORE_KEY].snapshot() else _empty(app),
         }
     )
 
@@ -407,6 +478,7 @@ def create_app(settings: Settings, topic: str | None = None) -> web.Application:
     app[FEED_KEY] = feed
     app[LATE_FEED_KEY] = late_feed
     app[SLA_KEY] = sla
+    app[HISTORY_S_KEY] = d.history_s
 
     async def feed_tasks(app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(f.run()) for f in (feed, late_feed)]

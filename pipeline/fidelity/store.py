@@ -27,14 +27,16 @@ from urllib.parse import quote
 
 import redis
 
-from pipeline.errors import BabelStreamError
+from pipeline.errors import EXIT_USAGE, BabelStreamError
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
 
 
 class GlossaryError(BabelStreamError):
-    """A glossary file or name that cannot be used."""
+    """A glossary file or name that cannot be used (an input mistake)."""
+
+    exit_code = EXIT_USAGE
 
 
 class GlossaryUnavailable(BabelStreamError):

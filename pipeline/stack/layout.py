@@ -20,7 +20,7 @@ from typing import Any
 import tomli_w
 from pydantic import SecretStr, ValidationError
 
-from pipeline.errors import StackError
+from pipeline.errors import StackSettingsError
 from pipeline.settings import KafkaSettings, RedisSettings, Settings, StackSettings
 from pipeline.stack.secure import load_secrets, tls_files
 
@@ -73,7 +73,7 @@ def with_layout(
     started under the same home is kept. On several nodes, replication factor
     and min ISR default to 3 / 2 (capped at the node count); values set
     explicitly are kept but must fit the node count. A mismatch is a one-line
-    StackError.
+    StackSettingsError.
     """
     recorded = recorded_layout(settings)
     given = settings.stack.model_fields_set
@@ -90,7 +90,7 @@ def with_layout(
     try:
         stack = StackSettings.model_validate({**_fields(settings.stack), **stack_update})
     except ValidationError as exc:
-        raise StackError(_one_line(exc)) from exc
+        raise StackSettingsError(_one_line(exc)) from exc
     kafka = settings.kafka
     explicit = kafka.model_fields_set
     kafka_update: dict[str, Any] = {}
@@ -103,15 +103,15 @@ def with_layout(
     try:
         kafka = KafkaSettings.model_validate({**_fields(kafka), **kafka_update})
     except ValidationError as exc:
-        raise StackError(_one_line(exc)) from exc
+        raise StackSettingsError(_one_line(exc)) from exc
     if kafka.replication_factor > stack.brokers:
-        raise StackError(
+        raise StackSettingsError(
             f"kafka.replication_factor is {kafka.replication_factor} but the stack "
             f"has {stack.brokers} broker(s): set BABELSTREAM_KAFKA__"
             f"REPLICATION_FACTOR to at most {stack.brokers}"
         )
     if stack.brokers > 1 and kafka.replication_factor == 1:
-        raise StackError(
+        raise StackSettingsError(
             f"a {stack.brokers}-broker stack with kafka.replication_factor 1 loses "
             "partitions with any node: set BABELSTREAM_KAFKA__REPLICATION_FACTOR="
             f"{min(CLUSTER_REPLICATION, stack.brokers)} (or leave it unset)"

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
-from pipeline.errors import StackError
+from pipeline.errors import StackError, StackSettingsError
 from pipeline.settings import Settings
 from pipeline.stack import layout
 from pipeline.stack.kafka import KafkaService
@@ -128,7 +128,7 @@ def _launch(service: Service, report: Reporter) -> tuple[ProcessRecord, bool]:
         return record, False
     service.pidfile.remove()
     if service.port_in_use():
-        raise StackError(
+        raise StackSettingsError(
             f"{service.name}: port {service.address} is taken by a process "
             "`babelstream up` did not start; stop it or change the port "
             "(BABELSTREAM_STACK__*_PORT)"
@@ -146,7 +146,7 @@ def _check_same_layout(settings: Settings) -> None:
     if running is None or layout.describe(running) == layout.describe(settings):
         return
     if any(_running(service) for service in services(running)):
-        raise StackError(
+        raise StackSettingsError(
             f"the stack under {settings.stack.home} runs with "
             f"{layout.describe(running)}; `babelstream down` before starting "
             f"it with {layout.describe(settings)}"

@@ -4,15 +4,26 @@ Replication factor and ``min.insync.replicas`` come from :class:`KafkaSettings`
 (1 / 1 on a single node, 3 / 2 on a cluster), never from literals. The local
 stack (``babelstream up``) and the worker (before it consumes) both go
 through :func:`ensure_topics`.
+
+A topic keeps the replication it was created with, so creating one with less
+than the cluster offers is refused (:func:`check_replication`): below the
+brokers' ``default.replication.factor`` or ``min.insync.replicas`` (the
+operator's choice) is a settings mistake, e.g. a worker started on a
+3-broker cluster without the cluster's settings; below the broker count
+alone (a cluster whose default is Kafka's own 1) is honoured with a warning.
+``babelstream status`` lists project topics below what the cluster offers
+(:func:`under_replicated`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from pipeline.errors import ConfigError
 from pipeline.kafka_clients import admin_client
 from pipeline.pairs import (
     CANCEL_TOPIC,
@@ -31,6 +42,114 @@ from pipeline.settings import KafkaSettings, Settings
 
 if TYPE_CHECKING:
     from kafka import KafkaAdminClient
+
+log = logging.getLogger(__name__)
+
+# topics of this project: translate.* and the Faust apps' own (changelogs, assignor), whose
+# app ids all start with "babelstream"
+PROJECT_TOPIC_PREFIXES = ("translate.", "babelstream")
+
+
+class ReplicationBelowCluster(ConfigError):
+    """The settings would create topics with less replication than the cluster offers."""
+
+
+@dataclass(frozen=True)
+class ClusterReplication:
+    """What a cluster offers new topics: its brokers and their defaults."""
+
+    brokers: int
+    default_replication_factor: int
+    min_insync_replicas: int
+
+    @property
+    def replication_factor(self) -> int:
+        """The brokers' default, at most one replica per broker."""
+        return min(self.brokers, self.default_replication_factor)
+
+    def describe(self) -> str:
+        return (
+            f"{self.brokers} broker{'s' * (self.brokers != 1)} with default.replication.factor "
+            f"{self.default_replication_factor} and min.insync.replicas {self.min_insync_replicas}"
+        )
+
+
+def cluster_replication(admin: KafkaAdminClient) -> ClusterReplication:
+    """The cluster's broker count and one broker's replication defaults."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    brokers = admin.describe_cluster()["brokers"]
+    broker_id = str(brokers[0]["broker_id"])
+    wanted = {"default.replication.factor": None, "min.insync.replicas": None}
+    configs = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.BROKER, broker_id, configs=wanted)],
+        config_filter="all",
+    )["broker"][broker_id]
+    return ClusterReplication(
+        brokers=len(brokers),
+        default_replication_factor=int(configs["default.replication.factor"]["value"]),
+        min_insync_replicas=int(configs["min.insync.replicas"]["value"]),
+    )
+
+
+def check_replication(kafka: KafkaSettings, cluster: ClusterReplication) -> None:
+    """Refuse settings below the brokers' replication defaults; warn below the cluster size."""
+    offered = cluster.replication_factor
+    if (
+        kafka.replication_factor < offered
+        or kafka.min_insync_replicas < cluster.min_insync_replicas
+    ):
+        raise ReplicationBelowCluster(
+            f"the cluster at {kafka.bootstrap_servers} has {cluster.describe()}, but "
+            f"kafka.replication_factor is {kafka.replication_factor} and "
+            f"kafka.min_insync_replicas {kafka.min_insync_replicas}: topics created with "
+            "them would keep less replication than the cluster offers for good; set "
+            f"BABELSTREAM_KAFKA__REPLICATION_FACTOR={offered} and "
+            f"BABELSTREAM_KAFKA__MIN_INSYNC_REPLICAS={cluster.min_insync_replicas} "
+            "(the cluster's client settings)"
+        )
+    if kafka.replication_factor < cluster.brokers:
+        log.warning(
+            "creating topics with %d replica on a %d-broker cluster (its "
+            "default.replication.factor is %d): they lose partitions with a broker; "
+            "set BABELSTREAM_KAFKA__REPLICATION_FACTOR up to %d to survive one",
+            kafka.replication_factor,
+            cluster.brokers,
+            cluster.default_replication_factor,
+            cluster.brokers,
+        )
+
+
+def is_project_topic(name: str) -> bool:
+    """Whether ``name`` is one of this project's topics."""
+    return name.startswith(PROJECT_TOPIC_PREFIXES)
+
+
+def under_replicated(
+    described: Iterable[Mapping[str, Any]], cluster: ClusterReplication
+) -> dict[str, str]:
+    """Project topic -> how it falls short: fewer replicas than the cluster offers, or a
+    partition in sync on fewer replicas than it has (``describe_topics`` entries)."""
+    found: dict[str, str] = {}
+    offered = cluster.replication_factor
+    for topic in described:
+        name = str(topic["name"])
+        if topic.get("error_code") or not is_project_topic(name):
+            continue
+        partitions = list(topic["partitions"])
+        replicas = min((len(p["replica_nodes"]) for p in partitions), default=0)
+        if partitions and replicas < offered:
+            found[name] = f"{replicas} replica{'' if replicas == 1 else 's'} of {offered}"
+            continue
+        behind = [p for p in partitions if len(p["isr_nodes"]) < len(p["replica_nodes"])]
+        if behind:
+            which = ", ".join(str(p["partition_index"]) for p in behind)
+            first = behind[0]
+            found[name] = (
+                f"partition{'s' if len(behind) > 1 else ''} {which} in sync on "
+                f"{len(first['isr_nodes'])} of {len(first['replica_nodes'])} replicas"
+            )
+    return found
 
 
 @dataclass(frozen=True)
@@ -119,6 +238,7 @@ def ensure_topics(kafka: KafkaSettings, specs: Mapping[str, TopicSpec]) -> Ensur
         existing = partition_counts(admin, list(specs))
         missing = {name: spec for name, spec in specs.items() if name not in existing}
         if missing:
+            check_replication(kafka, cluster_replication(admin))
             # Another process may create one in between: then it exists, which is the point.
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(

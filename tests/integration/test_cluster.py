@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from kafka import KafkaConsumer
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from pipeline.client import reliable_producer
+from pipeline.components import topics
 from pipeline.kafka_check import kafka_python_client
 from pipeline.kafka_clients import admin_client
 from pipeline.settings import Settings
@@ -105,6 +108,54 @@ def test_project_topics_have_three_replicas_and_min_isr_two(cluster: Settings) -
     assert {name: configs[name]["min.insync.replicas"]["value"] for name in specs} == {
         name: "2" for name in specs
     }
+
+
+def test_settings_below_the_cluster_are_refused_and_shown(
+    cluster: Settings, tmp_path: Path
+) -> None:
+    """A worker started with the cluster's address alone (replication 1, min ISR 1) refuses
+    to create its topics, in one line; a topic created with one replica anyway shows in
+    `status` as under-replicated."""
+    clients = layout.client_settings(cluster)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BABELSTREAM_")}
+    env.update(
+        {
+            "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": clients.kafka.bootstrap_servers,
+            "BABELSTREAM_WORKER__WEB_PORT": "0",
+            "BABELSTREAM_WORKER__DATA_DIR": str(tmp_path / "faust"),
+            "BABELSTREAM_OBSERVABILITY__METRICS_PORT": "0",
+            "BABELSTREAM_ENGINE__PROFILE": "false",
+        }
+    )
+    program = Path(sys.executable).with_name("babelstream")
+    done = subprocess.run(
+        [str(program), "worker", "--pairs", "en_en-XA", "--no-router"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "3 brokers with default.replication.factor 3 and min.insync.replicas 2" in lines[0]
+    assert "BABELSTREAM_KAFKA__REPLICATION_FACTOR=3" in lines[0], lines[0]
+    admin = admin_client(clients.kafka, "tests")
+    name = f"translate.test-under.{uuid.uuid4().hex[:8]}"
+    try:
+        created = [t["name"] for t in admin.describe_topics()]
+        assert not [t for t in created if t.endswith("-changelog")], created
+        admin.create_topics({name: {"num_partitions": 1, "replication_factor": 1}})
+        # the node status asks may apply the new topic a little after the controller
+        deadline = time.monotonic() + 30
+        while name not in (status := topics(clients)).info["under_replicated"]:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.5)
+    finally:
+        admin.delete_topics([name])
+        admin.close()
+    assert status.state == "UNDER-REPLICATED", status
+    assert status.info["under_replicated"] == {name: "1 replica of 3"}, status
 
 
 def test_produce_and_consume_with_one_node_killed(cluster: Settings) -> None:

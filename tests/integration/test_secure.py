@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from pipeline.cache import CachedTranslation, RedisCache
 from pipeline.client import reliable_producer
 from pipeline.kafka_check import KafkaRefused, kafka_python_client
 from pipeline.kafka_clients import admin_client, aiokafka_options
+from pipeline.reachability import require_kafka
 from pipeline.redis_client import redis_client
 from pipeline.settings import PROJECT_ROOT, KafkaSettings, Settings
 from pipeline.stack import layout
@@ -321,6 +323,47 @@ def test_kafka_refuses_bad_clients_with_a_clear_reason(
         assert group not in {g["group_id"] for g in admin.list_groups()}  # nothing consumed
     finally:
         admin.close()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["translate", "--src", "en", "--tgt", "en-XA", "Hello"], ["worker", "--router-only"]],
+    ids=["translate", "worker"],
+)
+def test_a_command_without_the_secure_settings_says_so_at_once(
+    secure: Settings, args: list[str], tmp_path: Path
+) -> None:
+    """The stack's address without `source var/stack/settings.env`: one line naming the
+    fix at the first refused handshake (exit 2), no client retrying and logging meanwhile."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BABELSTREAM_")}
+    env.update(
+        {
+            "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": f"127.0.0.1:{secure.stack.kafka_port}",
+            "BABELSTREAM_WORKER__WEB_PORT": "0",
+            "BABELSTREAM_WORKER__DATA_DIR": str(tmp_path / "faust"),
+            "BABELSTREAM_OBSERVABILITY__METRICS_PORT": "0",
+        }
+    )
+    program = Path(sys.executable).with_name("babelstream")
+    started = time.monotonic()
+    done = subprocess.run(
+        [str(program), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    took = time.monotonic() - started
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "speaks TLS but kafka.security_protocol is PLAINTEXT" in lines[0], lines[0]
+    assert "`source var/stack/settings.env`" in lines[0], lines[0]
+    assert took < 60, f"{took:.0f}s: the client's own bootstrap timeout ran out first"
+
+
+def test_a_tls_client_without_sasl_is_told_the_listener_wants_a_login(clients: Settings) -> None:
+    no_sasl = clients.kafka.model_copy(update={"security_protocol": "SSL"})
+    with pytest.raises(
+        KafkaRefused, match=r"wants a SASL login; set kafka.security_protocol to SASL_SSL"
+    ):
+        require_kafka(no_sasl)
+    require_kafka(clients.kafka)  # the stack's own settings pass
 
 
 def test_aiokafka_refuses_a_wrong_password(clients: Settings) -> None:

@@ -56,6 +56,7 @@ from pipeline.messages import (
     now_ms,
 )
 from pipeline.settings import SlaSettings
+from pipeline.sla import JobRun
 from pipeline.sla_history import read_history
 from pipeline.stack.manager import Endpoints
 from pipeline.stack.topics import TopicSpec, ensure_topics
@@ -336,16 +337,17 @@ def _windows(tail: TopicTail) -> list[SlaWindow]:
 
 
 class Ticker:
-    """Publishes a worker's ticks every TICK_S, as the worker's Faust timer will."""
+    """Publishes a worker's ticks every ``every_s``, as the worker's Faust timer will."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, every_s: float = TICK_S) -> None:
         self._source = TickSource("en_de", "test-worker", now_ms, topic)
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1)
+        self._every_s = every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(TICK_S):
+        while not self._stop.wait(self._every_s):
             topic, key, value = self._source.record()
             self._producer.send(topic, key=key, value=value)
             self._producer.flush()
@@ -360,8 +362,7 @@ class Ticker:
         self._producer.close()
 
 
-@pytest.fixture(scope="module")
-def topics(stack: Endpoints) -> Iterator[dict[str, str]]:
+def _fresh_topics(stack: Endpoints) -> Iterator[dict[str, str]]:
     run = uuid.uuid4().hex[:8]
     names = {
         "results": (f"test.sla.{run}.results", 4),
@@ -374,6 +375,16 @@ def topics(stack: Endpoints) -> Iterator[dict[str, str]]:
     admin = admin_client(stack.settings.kafka, "tests")
     admin.delete_topics([name for name, _ in names.values()])
     admin.close()
+
+
+@pytest.fixture(scope="module")
+def topics(stack: Endpoints) -> Iterator[dict[str, str]]:
+    yield from _fresh_topics(stack)
+
+
+@pytest.fixture
+def idle_topics(stack: Endpoints) -> Iterator[dict[str, str]]:
+    yield from _fresh_topics(stack)
 
 
 def last_commit(checkpoint: Path) -> int:
@@ -694,3 +705,39 @@ def test_history_and_console_match_kafka(scenario: Scenario) -> None:
 def test_the_job_listens_on_loopback_only(scenario: Scenario) -> None:
     assert scenario.listening, "the driver's JVM listens (py4j, RPC, block manager)"
     assert scenario.listening <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, scenario.listening
+
+
+def test_until_idle_ends_while_a_workers_ticks_flow(
+    stack: Endpoints, idle_topics: dict[str, str], tmp_path: Path
+) -> None:
+    """``sla --until-idle`` stops once no result has arrived for that long, though ticks
+    keep coming (here one per trigger, the worst case), and the ticks still close the
+    results' windows before it stops."""
+    bootstrap = stack.bootstrap_servers
+    start = now_ms() - 3000
+    events = [
+        Event(f"idle-{i}", "en_de", 0.0, 100 + i, "ok", "miss", absolute_ms=start + 100 * i)
+        for i in range(20)
+    ]
+    _send(bootstrap, idle_topics["results"], _results(events))
+    args = [*job_args(idle_topics, tmp_path), "--until-idle", "5s", "--sinks", "kafka"]
+    tail = TopicTail(bootstrap, idle_topics["windows"])
+    try:
+        with Ticker(bootstrap, idle_topics["ticks"], every_s=TRIGGER_S):
+            job = JobProcess(args, job_env(bootstrap, idle_topics, tmp_path))
+            try:
+                # a JVM start and a cold first batch, then 5 s of ticks alone
+                returncode = job.proc.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                pytest.fail(f"still running 600 s on, with ticks and no results {job.tail()}")
+        tail.drain(quiet_s=2.0)
+        windows = [SlaWindow.from_json(r.value) for r in tail.records]
+    finally:
+        tail.close()
+    assert returncode == 0, job.tail()
+    assert sum(w.count for w in windows if w.pair == "en_de") == len(events), windows
+    summary = [line for line in job.stderr if line.startswith("sla: ")]
+    assert summary and summary[-1].startswith(f"sla: {len(events)} results and "), job.tail()
+    run = JobRun.read(tmp_path / "ck")  # what the dashboard reads to say why it shows nothing
+    assert run is not None and (run.sinks, run.sink_topic) == (("kafka",), idle_topics["windows"])

@@ -50,12 +50,12 @@ def test_status_reports_counts_and_an_interrupted_run(tmp_path: Path) -> None:
 def test_status_of_an_unknown_job(tmp_path: Path) -> None:
     env = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path)}
     result = CliRunner().invoke(main, ["bulk", "status", "nope"], env=env)
-    assert result.exit_code == 1
+    assert result.exit_code == 2, "a job id that names no job is a usage mistake"
     assert "no bulk job" in result.output
 
 
 def test_cancel_of_an_unknown_job(tmp_path: Path) -> None:
     env = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path)}
     result = CliRunner().invoke(main, ["bulk", "cancel", "nope"], env=env)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "no bulk job 'nope'" in result.output

@@ -62,7 +62,16 @@ def listening() -> Iterator[int]:
     [
         ([*TRANSLATE[:2], "english", "--tgt", "de", "hi"], ["--src", "english", "BCP-47"]),
         ([*TRANSLATE, "--timeout", "0", "hi"], ["--timeout", "0 s", "100..3600000 ms"]),
-        ([*TRANSLATE, "--timeout", "-1", "hi"], ["--timeout", "-1 s"]),
+        ([*TRANSLATE, "--timeout", "-1", "hi"], ["--timeout", "'-1' is negative"]),
+        ([*TRANSLATE, "--timeout", "10x", "hi"], ["--timeout", "'10x' is not a duration", "10s"]),
+        ([*SUBMIT, "--timeout", "0.05", "hi"], ["--timeout", "0.05 s", "100..3600000 ms"]),
+        ([*SUBMIT, "--timeout", "1s", "--timeout-ms", "900", "hi"], ["--timeout or --timeout-ms"]),
+        (["results", "r-1", "--wait", "soon"], ["--wait", "'soon' is not a duration"]),
+        (
+            ["bench", "interference", "--seconds", "0.5"],
+            ["--seconds", "'0.5' is too short: give at least 1s"],
+        ),
+        (["dlq", "list", "--since", "yesterday"], ["--since", "'yesterday' is not a time"]),
         ([*SUBMIT, "--timeout-ms", "50", "hi"], ["--timeout-ms", "50 ms", "100..3600000"]),
         ([*SUBMIT, "--file", "/no/such/file"], ["--file", "/no/such/file", "does not exist"]),
         ([*TRANSLATE, "--tenant", "t" * 65, "hi"], ["--tenant", "1 to 64 characters"]),
@@ -232,3 +241,107 @@ def test_client_errors_that_mean_kafka_is_not_there() -> None:
     slow = as_unavailable(KafkaTimeoutError("Failed to update metadata after 60.0 secs."), kafka)
     assert slow is not None and "did not answer in time (Failed to update metadata" in str(slow)
     assert as_unavailable(ValueError("a bug"), kafka) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"BABELSTREAM_SLA__OBJECTIVES": "{p95: 3"}, ["BABELSTREAM_SLA__OBJECTIVES", "line 1"]),
+        ({"BABELSTREAM_CONFIG": "/no/such/babelstream.toml"}, ["/no/such/babelstream.toml"]),
+    ],
+)
+def test_bad_configuration_is_one_line(env: dict[str, str], words: list[str]) -> None:
+    line = one_line(run(["status"], env=env), EXIT_USAGE)
+    for word in words:
+        assert word in line, line
+
+
+def test_a_config_file_that_is_not_toml(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text("[worker\nmax_messages = 8\n")
+    line = one_line(run(["status"], env={"BABELSTREAM_CONFIG": str(config)}), EXIT_USAGE)
+    assert str(config) in line and "line 1, column 8" in line, line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*TRANSLATE, "--timeout", "10s", "hi"],
+        [*TRANSLATE, "--timeout", "10", "hi"],
+        [*SUBMIT, "--timeout", "1m", "hi"],
+        [*SUBMIT, "--timeout-ms", "5000", "hi"],  # the spelling before --timeout
+        ["results", "r-1", "--wait", "30", "--since", "2"],
+        ["results", "r-1", "--wait", "500ms", "--since", "2h"],
+    ],
+)
+def test_durations_take_a_unit_or_bare_seconds(args: list[str]) -> None:
+    """Past option parsing: Kafka down is the only complaint (exit 69, not 2)."""
+    one_line(run(args), EXIT_UNAVAILABLE)
+
+
+@pytest.fixture
+def glossary_file(tmp_path: Path) -> Path:
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("Kafka\ntrain station\tBahnhof\n", encoding="utf-8")
+    return terms
+
+
+def test_glossary_mistakes_are_usage_mistakes(tmp_path: Path, glossary_file: Path) -> None:
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("# nothing\n", encoding="utf-8")
+    put = ["glossary", "put", "--tenant", "acme"]
+    line = one_line(run([*put, "--pair", "en_en-XA", str(empty)]), EXIT_USAGE)
+    assert f"{empty}: no terms" in line
+    line = one_line(run([*put, "--pair", "en_xx", str(glossary_file)]), EXIT_USAGE)
+    assert "--pair" in line and "no model serves en_xx" in line and "en_en-XA" in line, line
+    assert "babelstream models convert" in line, line
+
+
+def test_glossary_with_redis_down_is_unavailable(glossary_file: Path) -> None:
+    env = {"BABELSTREAM_REDIS__URL": f"redis://{NO_KAFKA}/0"}
+    args = ["glossary", "put", "--tenant", "acme", "--pair", "en_en-XA", str(glossary_file)]
+    line = one_line(run(args, env=env), EXIT_UNAVAILABLE)
+    assert "cannot reach Redis" in line and "BABELSTREAM_REDIS__URL" in line
+
+
+def test_bulk_mistakes_are_usage_mistakes(tmp_path: Path) -> None:
+    state = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path / "state")}
+    corpus = tmp_path / "corpus.tsv"
+    corpus.write_text("Hello\n", encoding="utf-8")
+    out = str(tmp_path / "out.parquet")
+    line = one_line(run(["bulk", "status", "nojob"], env=state), EXIT_USAGE)
+    assert "no bulk job 'nojob'" in line
+    bulk_run = ["bulk", "run", str(corpus), "--src", "en", "--tgt", "en-XA", "-o", out]
+    line = one_line(run(bulk_run, env=state), EXIT_USAGE)
+    assert "unknown file type '.tsv'" in line
+    line = one_line(run([*bulk_run, "--format", "parquet"], env=state), EXIT_USAGE)
+    assert f"{corpus}: not Parquet" in line
+    other_pair = ["bulk", "run", str(corpus), "--src", "en", "--tgt", "de", "-o", out]
+    line = one_line(run([*other_pair, "--format", "text"], env=state), EXIT_USAGE)
+    assert "no model serves pair en_de" in line
+
+
+def test_a_worker_port_in_use_is_a_usage_mistake(listening: int) -> None:
+    env = {"BABELSTREAM_WORKER__WEB_PORT": str(listening)}
+    line = one_line(run(["worker", "--router-only"], env=env), EXIT_USAGE)
+    assert f"127.0.0.1:{listening} is in use" in line and "BABELSTREAM_WORKER__WEB_PORT" in line
+
+
+def test_stack_mistakes_are_usage_mistakes(tmp_path: Path) -> None:
+    home = {"BABELSTREAM_STACK__HOME": str(tmp_path / "stack")}
+    env = {**home, "BABELSTREAM_KAFKA__REPLICATION_FACTOR": "3"}
+    line = one_line(run(["up", "--brokers", "2"], env=env), EXIT_USAGE)
+    assert "kafka.replication_factor is 3 but the stack has 2 broker(s)" in line
+    with socket.socket() as kafka, socket.socket() as redis:
+        for sock in (kafka, redis):
+            sock.bind(("127.0.0.1", 0))
+            sock.listen()
+        ports = {
+            "BABELSTREAM_STACK__KAFKA_PORT": str(kafka.getsockname()[1]),
+            "BABELSTREAM_STACK__KAFKA_CONTROLLER_PORT": str(_closed_port()),
+            "BABELSTREAM_STACK__REDIS_PORT": str(redis.getsockname()[1]),
+        }
+        result = run(["up"], env={**home, **ports})
+    assert result.exit_code == EXIT_USAGE, result.output
+    assert "is taken by a process `babelstream up` did not start" in result.stderr
+    assert "Traceback" not in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import main
 from pipeline.commands import client as client_commands
+from pipeline.commands.options import Duration, Instant
 from pipeline.commands.stack import _service_line
 from pipeline.stack.manager import ServiceStatus
 
@@ -34,6 +36,25 @@ def test_every_option_has_help() -> None:
     ]
     assert len(list(commands(main, "babelstream"))) > 20
     assert missing == []
+
+
+_DURATION_NAMES = re.compile(
+    r"^--((level|phase)-)?seconds$|^--(timeout|wait|since|until-idle|window|slide|watermark"
+    r"|trigger)$"
+)
+
+
+def test_every_duration_option_takes_the_one_duration_type() -> None:
+    """Bare numbers are seconds and units are read the same way in every command."""
+    durations = {
+        f"{path} {param.opts[0]}": param.type
+        for path, command in commands(main, "babelstream")
+        for param in command.params
+        if isinstance(param, click.Option) and _DURATION_NAMES.search(param.opts[0])
+    }
+    assert len(durations) >= 12, durations
+    wrong = [name for name, kind in durations.items() if not isinstance(kind, Duration | Instant)]
+    assert wrong == []
 
 
 def test_models_list_has_a_header_row() -> None:

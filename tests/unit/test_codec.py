@@ -82,3 +82,25 @@ def test_configurable_text_limit() -> None:
     tight = LimitSettings(max_text_bytes=4)
     assert isinstance(decode_request(None, raw(text="four"), REF, tight), Accepted)
     assert isinstance(decode_request(None, raw(text="fivee"), REF, tight), Rejected)
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason", "fragment"),
+    [
+        ({"text": "x" * 16_385}, "limit_exceeded", "text: String should have at most 16384"),
+        ({"timeout_ms": 3_600_001}, "limit_exceeded", "timeout_ms: Input should be less"),
+        ({"timeout_ms": 50, "text": "x" * 16_385}, "limit_exceeded", "timeout_ms:"),
+        # a limit and a malformed field: invalid, naming both
+        ({"text": "x" * 16_385, "target_lang": "xx_YY"}, "invalid", "target_lang"),
+    ],
+    ids=["text-over-16384-chars", "timeout-over-max", "both-limits", "limit-and-malformed"],
+)
+def test_the_schema_bounds_the_limits_tighten_are_limits(
+    changes: dict[str, object], reason: str, fragment: str
+) -> None:
+    """Over the schema's own text and timeout bounds is limit_exceeded, as over the
+    deployment limits (which tighten them) is, not invalid."""
+    decoded = decode_request(b"key", raw(**changes), REF, LIMITS)
+    assert isinstance(decoded, Rejected)
+    assert decoded.dead_letter.reason == reason
+    assert fragment in decoded.dead_letter.error

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from pipeline.codec import Accepted, RecordRef, decode_original, decode_request, encode_bytes
 from pipeline.codec import dead_letter as make_dead_letter
-from pipeline.dlq import LetterFilter, StoredLetter, dead_letter_id, parse_since, plan_replay
+from pipeline.dlq import LetterFilter, StoredLetter, dead_letter_id, plan_replay
 from pipeline.messages import DeadLetterReason, ReplayMarker
 from pipeline.settings import LimitSettings
 
@@ -108,24 +106,3 @@ def test_filter_by_reason_time_and_id() -> None:
     assert not LetterFilter(ids=["translate.requests:2:1"])(b)
     assert LetterFilter(since_ms=a.received_at)(a)
     assert not LetterFilter(since_ms=a.received_at + 1)(a)
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("15m", NOW - 15 * 60_000),
-        ("2h", NOW - 7_200_000),
-        ("1d", NOW - 86_400_000),
-        ("90s", NOW - 90_000),
-        ("1700000000000", 1_700_000_000_000),
-        ("2023-11-14T22:13:20", 1_700_000_000_000),
-        ("2023-11-14T23:13:20+01:00", 1_700_000_000_000),
-    ],
-)
-def test_since(text: str, expected: int) -> None:
-    assert parse_since(text, now=NOW) == expected
-
-
-def test_since_refuses_nonsense() -> None:
-    with pytest.raises(ValueError, match="not a duration"):
-        parse_since("yesterday", now=NOW)

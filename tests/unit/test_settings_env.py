@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.errors import ConfigError
@@ -97,3 +99,81 @@ def test_batches_in_flight_are_one_more_than_the_replicas_unless_set(
     assert settings_from_environment().worker.in_flight(replicas=1) == 2
     monkeypatch.setenv("BABELSTREAM_WORKER__BATCHES_IN_FLIGHT", "1")
     assert settings_from_environment().worker.in_flight(replicas=2) == 1, "a set value is kept"
+
+
+@pytest.mark.parametrize(
+    ("value", "position"),
+    [
+        ("{p95: 3", "line 1, column 2"),
+        ('{"p95_ms": 800', "line 1, column 15"),
+    ],
+)
+def test_a_json_setting_that_is_not_json_names_its_variable_and_position(
+    monkeypatch: pytest.MonkeyPatch, value: str, position: str
+) -> None:
+    monkeypatch.setenv("BABELSTREAM_SLA__OBJECTIVES", value)
+    with pytest.raises(ConfigError) as caught:
+        settings_from_environment()
+    message = str(caught.value)
+    assert message.startswith("BABELSTREAM_SLA__OBJECTIVES is not valid JSON"), message
+    assert position in message and 'a JSON object, e.g. {"p95_ms": 1000.0}' in message, message
+    assert "\n" not in message
+    assert caught.value.__cause__ is None or not isinstance(caught.value.__cause__, ConfigError)
+
+
+def test_a_whole_section_as_bad_json_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BABELSTREAM_KAFKA", "{bootstrap_servers: h}")
+    with pytest.raises(ConfigError, match=r"^BABELSTREAM_KAFKA is not valid JSON \(line 1"):
+        settings_from_environment()
+
+
+def test_scalar_settings_are_not_read_as_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS", "h1:9092,h2:9092")
+    monkeypatch.setenv("BABELSTREAM_SLA__THRESHOLDS_MS__en_de", "2000")
+    settings = settings_from_environment()
+    assert settings.kafka.bootstrap_servers == "h1:9092,h2:9092"
+    assert settings.sla.thresholds_ms["en_de"] == 2000
+
+
+def _config_file_error(monkeypatch: pytest.MonkeyPatch, config: Path, text: str) -> str:
+    """The one-line error of settings read from a config file holding ``text``."""
+    config.write_text(text)
+    monkeypatch.setenv("BABELSTREAM_CONFIG", str(config))
+    with pytest.raises(ConfigError) as caught:
+        settings_from_environment()
+    return str(caught.value)
+
+
+def test_a_config_file_that_is_not_toml_names_the_file_and_position(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "babelstream.toml"
+    text = "[kafka]\nbootstrap_servers = 'h:1'\n[worker\nmax_messages = 8\n"
+    message = _config_file_error(monkeypatch, config, text)
+    assert message.startswith(f"BABELSTREAM_CONFIG file {config} is not valid TOML"), message
+    assert "line 3, column 8" in message and "\n" not in message
+
+
+def test_a_missing_config_file_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.toml"
+    monkeypatch.setenv("BABELSTREAM_CONFIG", str(missing))
+    with pytest.raises(ConfigError) as caught:
+        settings_from_environment()
+    assert str(caught.value) == (
+        f"BABELSTREAM_CONFIG names {missing}, which does not exist: "
+        "fix the path or unset BABELSTREAM_CONFIG"
+    )
+    monkeypatch.setenv("BABELSTREAM_CONFIG", str(tmp_path))
+    with pytest.raises(ConfigError, match="is a directory, not a TOML file"):
+        settings_from_environment()
+
+
+def test_a_bad_value_in_the_config_file_names_the_file_and_key(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "babelstream.toml"
+    message = _config_file_error(monkeypatch, config, "[worker]\nmax_messages = 0\n")
+    assert f"{config}: [worker] max_messages=0: Input should be greater than" in message, message
+    monkeypatch.setenv("BABELSTREAM_WORKER__MAX_MESSAGES", "-1")  # the environment wins
+    with pytest.raises(ConfigError, match=r"BABELSTREAM_WORKER__MAX_MESSAGES=-1: Input"):
+        settings_from_environment()

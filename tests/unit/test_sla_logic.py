@@ -33,13 +33,13 @@ from pipeline.sla import (
     describe,
     late_watermark,
     objectives_met,
-    parse_duration,
     parse_thresholds,
     result_schema_ddl,
     sink_transactional_id,
     spark_interval,
     to_late_result,
     to_sla_window,
+    topic_rows,
 )
 from tests.fakes import FakeClock
 
@@ -61,29 +61,6 @@ ROW: dict[str, Any] = {
 SLA = SlaSettings(
     objectives=InteractiveObjectives(p95_ms=500, p99_ms=900, timeout_ratio=0.05, error_ratio=None)
 )
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("5s", 5.0),
-        ("500ms", 0.5),
-        ("1.5m", 90.0),
-        ("2h", 7200.0),
-        ("30", 30.0),
-        (" 10 s ", 10.0),
-        ("0s", 0.0),
-        ("30d", 2_592_000.0),
-    ],
-)
-def test_parse_duration(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "s", "5 sec", "-5s", "5w", "1e3s", "five"])
-def test_parse_duration_rejects(text: str) -> None:
-    with pytest.raises(ConfigError, match="invalid duration"):
-        parse_duration(text)
 
 
 @pytest.mark.parametrize(
@@ -390,6 +367,52 @@ def test_progress_tracker_idles_after_the_last_input() -> None:
     assert not tracker.idle(), "batches without input do not reset the clock, nor trip it"
     clock.now += 0.1
     assert tracker.idle()
+
+
+def _kafka_offsets(results: int, ticks: int) -> dict[str, dict[str, int]]:
+    return {"translate.results": {"0": results, "1": 0}, "translate.ticks": {"0": ticks}}
+
+
+def _source_report(
+    batch: int, results: tuple[int, int] | None, ticks: tuple[int, int]
+) -> dict[str, Any]:
+    """A report of one Kafka source over results and ticks: each (start, end) offset of
+    partition 0 (results None: the first batch, which has no start offsets)."""
+    start = None if results is None else _kafka_offsets(results[0], ticks[0])
+    end = _kafka_offsets(results[1] if results else 7, ticks[1])
+    rows = (results[1] - results[0] if results else 7) + ticks[1] - ticks[0]
+    source = {"startOffset": start, "endOffset": end, "numInputRows": rows}
+    return {**_report(batch, rows), "sources": [source]}
+
+
+def test_results_on_their_topic_count_once_ticks_do_not() -> None:
+    assert topic_rows(_source_report(1, (7, 10), (4, 6)), "translate.results") == 3
+    assert topic_rows(_source_report(1, (7, 7), (4, 6)), "translate.results") == 0
+    # Spark's JSON as text, as some Spark versions give the offsets
+    as_text = _source_report(1, (7, 9), (4, 6))
+    as_text["sources"][0] = {
+        k: json.dumps(v) if k.endswith("Offset") else v for k, v in as_text["sources"][0].items()
+    }
+    assert topic_rows(as_text, "translate.results") == 2
+    # a first batch (no start offsets) counts from offset 0, at most its input rows
+    assert topic_rows(_source_report(0, None, (0, 6)), "translate.results") == 7
+    assert topic_rows(_report(3, 5), "translate.results") is None, "no sources, no answer"
+
+
+def test_ticks_alone_never_keep_the_job_from_idling() -> None:
+    """A worker's ticks arrive in every batch; only results count as activity."""
+    clock = FakeClock(100.0)
+    tracker = ProgressTracker(idle_s=5.0, clock=clock, activity_topic="translate.results")
+    tracker.observe([_source_report(0, None, (0, 0))])
+    for batch, offset in enumerate(range(2, 14, 2), start=1):
+        clock.now += 1.0
+        tracker.observe([_source_report(batch, (7, 7), (offset, offset + 2))])
+    assert tracker.idle(), "six seconds of ticks and no result: idle"
+    assert [b.rows for b in tracker.input_batches] == [7, 2, 2, 2, 2, 2, 2]
+    assert tracker.results == 7
+    tracker.observe([_source_report(7, (7, 8), (14, 16))])
+    assert not tracker.idle(), "a result is activity"
+    assert tracker.results == 8
 
 
 def test_run_summary_rates() -> None:

@@ -20,10 +20,9 @@ from datasketches import kll_doubles_sketch
 
 from pipeline.cli import main
 from pipeline.commands.sla import report_lines
-from pipeline.errors import ConfigError
 from pipeline.messages import LateResult, SlaWindow
 from pipeline.settings import InteractiveObjectives, SlaSettings
-from pipeline.sla import history_row, parse_instant
+from pipeline.sla import history_row
 from pipeline.sla_history import HISTORY_SCHEMA, period_report, read_history, recent_windows
 
 BASE = 1_700_000_000_000
@@ -176,18 +175,6 @@ def test_report_command(tmp_path: Path) -> None:
         main, ["sla", "report", "--pair", "en_de", "--from", "now", "--to", "now-1h"]
     )
     assert bad.exit_code == 2 and "--to must be after --from" in bad.output
-
-
-def test_parse_instant() -> None:
-    now = BASE
-    assert parse_instant("now", now) == now
-    assert parse_instant("now-30d", now) == now - 30 * 86_400_000
-    assert parse_instant("now-2h", now) == now - 7_200_000
-    assert parse_instant("1700000000000", now) == BASE
-    assert parse_instant("2023-11-14T22:13:20", now) == BASE
-    assert parse_instant("2023-11-14T23:13:20+01:00", now) == BASE
-    with pytest.raises(ConfigError):
-        parse_instant("yesterday", now)
 
 
 def test_report_lines_say_what_is_missing(tmp_path: Path) -> None:

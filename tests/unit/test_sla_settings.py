@@ -74,8 +74,12 @@ def test_duration_option() -> None:
 
 def test_summary_line() -> None:
     batches = (BatchStat(0, 1000, 900), BatchStat(2, 200, 100))
-    line = summary_line(RunSummary(batches, windows=8, wall_s=12.34, late_rows=3))
-    assert line == "sla: 1200 results in 2 batches, 8 windows emitted, 3 late rows, 12.3s"
+    line = summary_line(RunSummary(batches, windows=8, wall_s=12.34, late_rows=3, results=1190))
+    assert line == (
+        "sla: 1190 results and 10 ticks in 2 batches, 8 windows emitted, 3 late rows, 12.3s"
+    )
+    untold = summary_line(RunSummary(batches, windows=8, wall_s=12.34, late_rows=3))
+    assert untold.startswith("sla: 1200 records in 2 batches")
 
 
 @pytest.mark.parametrize(
@@ -84,7 +88,7 @@ def test_summary_line() -> None:
         (["--window", "5s", "--slide", "10s"], "must not exceed window"),
         (["--threshold", "en_de"], "expected PAIR=MS"),
         (["--sinks", "kafka,stdout"], "sinks"),
-        (["--watermark", "soon"], "invalid duration"),
+        (["--watermark", "soon"], "'soon' is not a duration"),
     ],
 )
 def test_bad_options_fail_before_spark_starts(
