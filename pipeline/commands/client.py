@@ -17,7 +17,14 @@ from pipeline.client import (
     check_sendable,
     fetch_results,
 )
-from pipeline.commands.options import DOMAIN_HELP, DURATION, LABEL, LANGUAGE, TENANT_HELP
+from pipeline.commands.options import (
+    DOMAIN_HELP,
+    DURATION,
+    LABEL,
+    LANGUAGE,
+    SOURCE_LANGUAGE,
+    TENANT_HELP,
+)
 from pipeline.engine.registry import Registry
 from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
 from pipeline.messages import TextFormat, now_ms
@@ -61,7 +68,10 @@ def _request_options(f: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
             click.option(
-                "--src", required=True, type=LANGUAGE, help="Source language (BCP-47, e.g. en)."
+                "--src",
+                required=True,
+                type=SOURCE_LANGUAGE,
+                help="Source language (BCP-47, e.g. en), or auto: detected by the router.",
             ),
             click.option(
                 "--tgt",

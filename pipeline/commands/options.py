@@ -9,18 +9,24 @@ import click
 
 from pipeline.durations import parse_duration, parse_instant
 from pipeline.errors import ConfigError
-from pipeline.messages import BCP47_PATTERN, now_ms
+from pipeline.messages import AUTO_LANGUAGE, BCP47_PATTERN, now_ms
 
 _BCP47 = re.compile(BCP47_PATTERN)
 
 
 class LanguageTag(click.ParamType):
-    """A BCP-47 language tag (``en``, ``de``, ``zh-Hans``, ``en-XA``), as the contract wants."""
+    """A BCP-47 language tag (``en``, ``de``, ``zh-Hans``, ``en-XA``), as the contract wants;
+    with ``auto`` also ``auto`` (a source language the router detects)."""
 
     name = "LANG"
 
+    def __init__(self, auto: bool = False) -> None:
+        self._auto = auto
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         text = str(value)
+        if self._auto and text == AUTO_LANGUAGE:
+            return text
         if not _BCP47.match(text) or len(text) > 35:
             self.fail(
                 f"{text!r} is not a BCP-47 language tag (e.g. en, de, zh-Hans, en-XA)", param, ctx
@@ -29,6 +35,7 @@ class LanguageTag(click.ParamType):
 
 
 LANGUAGE = LanguageTag()
+SOURCE_LANGUAGE = LanguageTag(auto=True)
 
 
 class Label(click.ParamType):

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.client import LimitExceeded, check_sendable
 from pipeline.codec import Accepted, RecordRef, decode_request
-from pipeline.commands.options import LABEL, LANGUAGE
+from pipeline.commands.options import LABEL, LANGUAGE, SOURCE_LANGUAGE
 from pipeline.messages import CancelRequest, TranslationRequest
 from pipeline.settings import LimitSettings
 from tests.contract_fuzz import documents, fuzz_seed
@@ -61,8 +61,9 @@ def test_the_cli_takes_every_tag_and_label_the_schema_does(
     requests: list[dict[str, object]],
 ) -> None:
     for document in requests:
-        for field in ("source_lang", "target_lang"):
-            assert LANGUAGE.convert(document[field], None, None) == document[field]
+        source = document["source_lang"]
+        assert SOURCE_LANGUAGE.convert(source, None, None) == source
+        assert LANGUAGE.convert(document["target_lang"], None, None) == document["target_lang"]
         for field in ("tenant", "domain", "glossary"):
             value = document.get(field)
             if isinstance(value, str):
@@ -70,7 +71,7 @@ def test_the_cli_takes_every_tag_and_label_the_schema_does(
 
 
 def test_the_cli_refuses_what_the_schema_refuses() -> None:
-    for bad in ("", "english", "en_US", "e"):
+    for bad in ("", "english", "en_US", "e", "auto"):
         with pytest.raises(click.BadParameter):
             LANGUAGE.convert(bad, None, None)
     with pytest.raises(click.BadParameter):
