@@ -18,11 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from pipeline.codec import RecordRef, Rejected, decode_request
-from pipeline.detect import Detection
-from pipeline.digest import content_digest
-from pipeline.fidelity.keys import fidelity_variant
-from pipeline.messages import (
+from pipeline.contract.codec import RecordRef, Rejected, decode_request
+from pipeline.contract.digest import content_digest
+from pipeline.contract.messages import (
     AUTO_LANGUAGE,
     DeadLetter,
     Headers,
@@ -31,7 +29,9 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import DLQ_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.contract.pairs import DLQ_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.detect import Detection
+from pipeline.fidelity.keys import fidelity_variant
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Outgoing
 
@@ -139,7 +139,7 @@ class Router:
 
 @functools.cache
 def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
-    # the messages' regexes need Python's engine (look-ahead), as in pipeline.messages
+    # the messages' regexes need Python's engine (look-ahead), as in pipeline.contract.messages
     return TypeAdapter(
         model.model_fields[name].rebuild_annotation(), config=ConfigDict(regex_engine="python-re")
     )

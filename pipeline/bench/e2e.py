@@ -29,11 +29,11 @@ from pipeline.bench.load import run_load
 from pipeline.bench.naive import NAIVE_TOPIC
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
+from pipeline.cli.local_worker import WorkerProcess
 from pipeline.client import RequestOptions, build_requests
+from pipeline.contract.messages import TranslationRequest
 from pipeline.errors import EngineError
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import TranslationRequest
+from pipeline.kafka.clients import admin_client
 from pipeline.settings import Settings
 from pipeline.stack.topics import TopicSpec, ensure_topics
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from pipeline.bench.load import LoadReport, latency_percentiles, run_load
 from pipeline.bench.workload import make_texts
+from pipeline.cli.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.client import (
     ReplyBatch,
     RequestOptions,
@@ -30,8 +31,7 @@ from pipeline.client import (
     TranslationClient,
     build_requests,
 )
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.contract.pairs import RESULTS_TOPIC
 from pipeline.settings import Settings
 
 

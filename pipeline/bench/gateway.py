@@ -30,11 +30,11 @@ from pipeline.bench.e2e import stats_delta
 from pipeline.bench.load import latency_percentiles
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
+from pipeline.cli.local_worker import WorkerProcess
 from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
-from pipeline.local_worker import WorkerProcess
-from pipeline.redis_client import redis_client
 from pipeline.settings import Settings
+from pipeline.storage.redis import redis_client
 
 LOAD_DEADLINE_MS = 600_000
 

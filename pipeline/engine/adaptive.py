@@ -34,7 +34,7 @@ and plan (:class:`BatchingKnobs`: ``max_wait_s``, ``max_messages``,
 ``max_wait`` stays at its minimum in both modes. On a single engine,
 requests that arrive while it computes are taken together by the next take
 anyway, so waiting for company only adds latency: in the simulated queue of
-``tests/unit/test_engine_adaptive.py`` a wait of a tenth of the objective
+``tests/unit/engine/test_engine_adaptive.py`` a wait of a tenth of the objective
 raised P95 by 10-35% at every load tried (5 to 90 requests/s, up to
 saturation). The knob is kept (and reported) because a take's wait is where Kafka's
 own fetch latency hides; the controller only sets it to its floor.

@@ -58,8 +58,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pipeline.contract.pairs import Pair, check_model_id
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import Pair, check_model_id
 
 COMPUTE_TYPES: frozenset[str] = frozenset(
     {

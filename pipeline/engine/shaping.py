@@ -8,7 +8,7 @@ after a micro-batch what happened. It serves:
   ``max_wait_s``, ``token_budget``), or, with ``batching.adaptive``, with the
   knobs of an :class:`~pipeline.engine.adaptive.AdaptiveBatching` controller
   fed by each micro-batch and by the SLA job's windows of the model's pairs
-  (:meth:`BatchShaper.add` takes an :class:`~pipeline.messages.SlaWindow`, so
+  (:meth:`BatchShaper.add` takes an :class:`~pipeline.contract.messages.SlaWindow`, so
   a shaper is a sink for the dashboard's ``SlaFollower``);
 * bulk work with its own static size and budget, and every bulk call cut so
   its estimated time stays within ``batching.bulk_max_call_s`` (a running
@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from pipeline import metrics
+from pipeline.contract.messages import SlaWindow
+from pipeline.contract.pairs import Pair
 from pipeline.engine.adaptive import AdaptiveBatching, BatchingKnobs, ControllerLimits
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
 from pipeline.errors import ContractError
-from pipeline.messages import SlaWindow
-from pipeline.pairs import Pair
+from pipeline.observability import metrics
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)

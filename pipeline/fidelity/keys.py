@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipeline.messages import TranslationRequest
+    from pipeline.contract.messages import TranslationRequest
 
 # Bumped when the fidelity layer changes what a given request translates to.
 # Changing BABELSTREAM_FIDELITY__* settings needs a new BABELSTREAM_REDIS__CACHE_VERSION.

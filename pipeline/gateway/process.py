@@ -14,8 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from pipeline.cli.local_worker import free_port
 from pipeline.errors import BabelStreamError
-from pipeline.local_worker import free_port
 from pipeline.settings import Settings
 
 

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from pipeline.errors import StackError
-from pipeline.kafka_clients import kafka_logs_silenced, kafka_python_options
+from pipeline.kafka.clients import kafka_logs_silenced, kafka_python_options
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
 from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports

@@ -23,9 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pipeline.errors import ConfigError
-from pipeline.kafka_clients import admin_client
-from pipeline.pairs import (
+from pipeline.contract.pairs import (
     CANCEL_TOPIC,
     DLQ_REPLAYED_TOPIC,
     DLQ_TOPIC,
@@ -38,6 +36,8 @@ from pipeline.pairs import (
     bulk_work_topic,
     work_topic,
 )
+from pipeline.errors import ConfigError
+from pipeline.kafka.clients import admin_client
 from pipeline.settings import KafkaSettings, Settings
 
 if TYPE_CHECKING:

@@ -27,8 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pipeline.errors import EXIT_TEMPFAIL, BabelStreamError
-from pipeline.messages import (
+from pipeline.contract.messages import (
     CacheLevel,
     DeadLetter,
     Headers,
@@ -37,7 +36,8 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.contract.pairs import RESULTS_TOPIC
+from pipeline.errors import EXIT_TEMPFAIL, BabelStreamError
 
 # how often a step waiting for a control feed looks again
 READY_POLL_S = 0.05
@@ -45,8 +45,8 @@ READY_POLL_S = 0.05
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from pipeline.cache import CachedTranslation
     from pipeline.fidelity.glossary import Glossary
+    from pipeline.storage.cache import CachedTranslation
 
 
 class TransientError(BabelStreamError):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pipeline.messages import Headers
-from pipeline.pairs import DLQ_TOPIC
+from pipeline.contract.messages import Headers
+from pipeline.contract.pairs import DLQ_TOPIC
+from pipeline.observability.tracing import inject_headers
 from pipeline.steps.base import Batch, Item, Outgoing
-from pipeline.tracing import inject_headers
 
 
 class Emit:

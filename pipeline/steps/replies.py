@@ -6,8 +6,8 @@ import asyncio
 import logging
 from typing import ClassVar
 
-from pipeline import metrics
-from pipeline.replies import ReplyTopicCheck
+from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.observability import metrics
 from pipeline.steps.base import Batch, Outgoing
 from pipeline.steps.publish import Producer
 

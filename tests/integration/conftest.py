@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pipeline.kafka_clients import admin_client
+from pipeline.kafka.clients import admin_client
 from pipeline.settings import load_settings
 from pipeline.stack import layout, manager
 from pipeline.stack.manager import Endpoints

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench.bulk_memory import measure_bulk_memory
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
+from pipeline.cli.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,10 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from pipeline.cli.status import topics
 from pipeline.client import reliable_producer
-from pipeline.components import topics
-from pipeline.kafka_check import kafka_python_client
-from pipeline.kafka_clients import admin_client
+from pipeline.kafka.check import kafka_python_client
+from pipeline.kafka.clients import admin_client
 from pipeline.settings import Settings
 from pipeline.stack import layout, manager
 from pipeline.stack.procs import PidFile, is_alive

@@ -29,7 +29,8 @@ from click.testing import CliRunner
 
 from pipeline.bench.fairness import Flood, steady_load
 from pipeline.bulk.state import JobState
-from pipeline.cli import main
+from pipeline.cli.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
+from pipeline.cli.main import main
 from pipeline.client import (
     ReplyBatch,
     RequestOptions,
@@ -37,10 +38,9 @@ from pipeline.client import (
     TranslationClient,
     build_requests,
 )
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
-from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_work_topic
+from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.contract.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_work_topic
+from pipeline.kafka.clients import admin_client
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from tests.integration.helpers import TopicTail
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.local_worker import WorkerProcess
+from pipeline.cli.local_worker import WorkerProcess
 from pipeline.settings import PROJECT_ROOT
 from pipeline.stack.manager import Endpoints
 from tests.docs_pages import DOCS, ShellCommand, shell_commands

@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from pipeline.cli.local_worker import WorkerProcess
 from pipeline.gateway.process import GatewayProcess
-from pipeline.local_worker import WorkerProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 
 pytestmark = pytest.mark.integration
