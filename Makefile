@@ -90,6 +90,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The documentation site (mkdocs.yml), its reference generated from the code at build
 # time (docsgen/); strict: a broken link or anchor fails. Output: var/site/.

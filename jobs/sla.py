@@ -101,8 +101,8 @@ from pipeline.contract.messages import (
     SlaWindow,
     now_ms,
 )
+from pipeline.kafka.check import admin_client
 from pipeline.kafka.clients import (
-    admin_client,
     kafka_python_options,
     spark_kafka_source_options,
 )

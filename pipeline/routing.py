@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from pipeline.contract.codec import RecordRef, Rejected, decode_request
-from pipeline.contract.digest import content_digest
+from pipeline.contract.digest import request_digest
 from pipeline.contract.messages import (
     AUTO_LANGUAGE,
     DeadLetter,
@@ -31,36 +31,14 @@ from pipeline.contract.messages import (
 )
 from pipeline.contract.pairs import DLQ_TOPIC, Pair, bulk_work_topic, work_topic
 from pipeline.detect import Detection
-from pipeline.fidelity.keys import fidelity_variant
+from pipeline.kafka.records import Outgoing
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Outgoing
 
 # Outgoing kinds: routed (to a work topic), dead_letter (to the DLQ), rejected (the error
 # result that tells a dead letter's sender), unsupported (the error result for a pair no
 # model serves)
 # BCP-47 "undetermined": the language of a rejected request whose tag is unusable
 UNDETERMINED = "und"
-
-
-def request_digest(
-    request: TranslationRequest, model_id: str, glossary_version: int | None = None
-) -> str:
-    """The digest that keys pair topics, windowed dedup and the caches.
-
-    ``glossary_version`` is the version of the request's named glossary the
-    worker will apply, so a changed glossary never serves a stale entry; the
-    router, which does not read glossaries, keys by name only (identical
-    requests still meet on one partition).
-    """
-    return content_digest(
-        model_id=model_id,
-        source_lang=request.source_lang,
-        target_lang=request.target_lang,
-        text=request.text,
-        tenant=request.tenant,
-        domain=request.domain,
-        variant=fidelity_variant(request, glossary_version),
-    )
 
 
 class Router:

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from pipeline.contract.digest import request_digest
 from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
 from pipeline.contract.pairs import QUARANTINE_TOPIC, RESULTS_TOPIC, Pair, work_topic
 from pipeline.control.cancels import CancelRegistry, cancels_for
@@ -23,10 +24,10 @@ from pipeline.control.priority import INTERACTIVE, PriorityGate
 from pipeline.control.quarantine import QuarantineRegistry, apply_record
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translation
+from pipeline.kafka.records import Outgoing, Record
 from pipeline.kafka.replies import ReplyTopicCheck
-from pipeline.routing import request_digest
 from pipeline.settings import LimitSettings, WorkerSettings
-from pipeline.steps.base import Batch, Item, Outgoing, Record, RetryBudgetExhausted
+from pipeline.steps.base import Batch, Item, RetryBudgetExhausted
 from pipeline.steps.chains import translation_steps
 from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer

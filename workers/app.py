@@ -41,12 +41,13 @@ from pipeline.fidelity.service import FidelityService
 from pipeline.kafka.clients import faust_app_options
 from pipeline.kafka.groups import AssignmentCheck
 from pipeline.kafka.offsets import Ticket, TopicPartition
+from pipeline.kafka.records import Outgoing
 from pipeline.observability import metrics
 from pipeline.routing import Router
 from pipeline.settings import Settings
 from pipeline.sla.dashboard.server import SlaFeed
 from pipeline.sla.ticks import TickSource
-from pipeline.steps.base import Batch, Outgoing, RetryBudgetExhausted, TransientError
+from pipeline.steps.base import Batch, RetryBudgetExhausted, TransientError
 from pipeline.steps.chains import routing_steps, translation_steps
 from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer

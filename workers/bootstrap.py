@@ -33,10 +33,10 @@ from pipeline.contract.pairs import (
     TICKS_TOPIC,
 )
 from pipeline.errors import BabelStreamError, ServiceUnavailable
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
 from pipeline.kafka.reachability import kafka_unreachable, require_kafka
+from pipeline.kafka.topics import TopicSpec, ensure_topics, model_topic_specs, topic_specs
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics, model_topic_specs, topic_specs
 
 log = logging.getLogger(__name__)
 

@@ -25,19 +25,19 @@ from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import EventT
 from kafka import KafkaProducer
 
+from pipeline.contract.messages import tenant_label
 from pipeline.contract.pairs import CANCEL_TOPIC, QUARANTINE_TOPIC, Pair
 from pipeline.control.cancels import CancelRegistry
 from pipeline.control.cancels import apply_record as apply_cancel
-from pipeline.control.fairness import tenant_label
 from pipeline.control.quarantine import QuarantineRegistry
 from pipeline.control.quarantine import apply_record as apply_quarantine
 from pipeline.control.quotas import QuotaLimiter
 from pipeline.kafka.clients import aiokafka_options, kafka_python_options
 from pipeline.kafka.offsets import Ticket
+from pipeline.kafka.records import Outgoing
 from pipeline.kafka.replies import ReplyTopicCheck
 from pipeline.observability import metrics
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.steps.base import Outgoing
 from pipeline.steps.replies import ReplyCopies
 
 log = logging.getLogger(__name__)

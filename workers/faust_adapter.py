@@ -44,7 +44,7 @@ from faust.types import TP, EventT, StreamT
 from pipeline.contract.messages import Headers
 from pipeline.errors import EXIT_TEMPFAIL
 from pipeline.kafka.offsets import TopicPartition
-from pipeline.steps.base import Record
+from pipeline.kafka.records import Record
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ import faust
 from faust.types import TP
 from kafka import KafkaAdminClient, KafkaConsumer
 
-from pipeline.kafka.clients import admin_client, kafka_python_options
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.kafka.offsets import OffsetLedger, Ticket, TopicPartition, Verdict
 from pipeline.settings import KafkaSettings
 from workers.faust_adapter import Event, commit_offsets, tp_of

@@ -29,13 +29,13 @@ from pipeline.bench.load import run_load
 from pipeline.bench.naive import NAIVE_TOPIC
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
-from pipeline.cli.local_worker import WorkerProcess
 from pipeline.client import RequestOptions, build_requests
 from pipeline.contract.messages import TranslationRequest
 from pipeline.errors import EngineError
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics
+from pipeline.stack.local_worker import WorkerProcess
 
 
 def fresh_requests(texts: Sequence[str], target: BenchTarget) -> list[TranslationRequest]:

@@ -23,7 +23,6 @@ from typing import Any
 
 from pipeline.bench.load import LoadReport, latency_percentiles, run_load
 from pipeline.bench.workload import make_texts
-from pipeline.cli.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.client import (
     ReplyBatch,
     RequestOptions,
@@ -33,6 +32,7 @@ from pipeline.client import (
 )
 from pipeline.contract.pairs import RESULTS_TOPIC
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 
 def steady_load(settings: Settings, n: int, rate: float, seed: int) -> LoadReport:

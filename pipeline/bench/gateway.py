@@ -30,10 +30,10 @@ from pipeline.bench.e2e import stats_delta
 from pipeline.bench.load import latency_percentiles
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
-from pipeline.cli.local_worker import WorkerProcess
 from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import WorkerProcess
 from pipeline.storage.redis import redis_client
 
 LOAD_DEADLINE_MS = 600_000

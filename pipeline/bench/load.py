@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.cli.progress import progress_bar
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient
 from pipeline.contract.messages import TranslationRequest, now_ms
 from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC
+from pipeline.observability.progress import progress_bar
 from pipeline.settings import KafkaSettings
 
 

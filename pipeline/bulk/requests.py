@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.bulk import BulkInputError
+from pipeline.contract.digest import request_digest
 from pipeline.contract.messages import TranslationRequest
 from pipeline.contract.pairs import Pair
-from pipeline.routing import request_digest
 
 JOB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_WIRE_ID = 128

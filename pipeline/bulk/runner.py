@@ -34,12 +34,12 @@ from pipeline.bulk.readers import CorpusReader
 from pipeline.bulk.requests import RequestTemplate, job_identity
 from pipeline.bulk.state import JobState, result_record
 from pipeline.bulk.transport import BulkPublisher, JobResults
-from pipeline.cli.progress import progress_bar
 from pipeline.contract.messages import TranslationResult, now_ms
 from pipeline.contract.pairs import Pair, bulk_work_topic
 from pipeline.control.cancels import cancels_for, publish_cancels
 from pipeline.engine.registry import Registry
 from pipeline.kafka.replies import ReplyTopic
+from pipeline.observability.progress import progress_bar
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)

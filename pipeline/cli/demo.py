@@ -14,11 +14,11 @@ import time
 
 import numpy as np
 
-from pipeline.cli.local_worker import DEMO_PAIR, WorkerNotReady, WorkerProcess
 from pipeline.client import ReplyBatch, TranslationClient, build_requests
 from pipeline.contract.messages import TranslationResult
 from pipeline.contract.pairs import Pair
 from pipeline.settings import load_settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerNotReady, WorkerProcess
 
 REPEATS_AFTER_S = 3.0
 

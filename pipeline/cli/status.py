@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
 from pipeline.kafka.groups import Group, consumer_groups
+from pipeline.kafka.topics import cluster_replication, is_project_topic, under_replicated
 from pipeline.settings import Settings
-from pipeline.stack.topics import cluster_replication, is_project_topic, under_replicated
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,9 +12,14 @@ entries.
 from __future__ import annotations
 
 import hashlib
+import json
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.contract.messages import TranslationRequest
 
 DIGEST_BYTES = 16  # BLAKE2b-128
 
@@ -37,7 +42,7 @@ def content_digest(
     """Hex BLAKE2b-128 digest of everything that determines a translation.
 
     ``variant`` names how the text is handled beyond the model (see
-    :func:`pipeline.fidelity.keys.fidelity_variant`).
+    :func:`fidelity_variant`).
     """
     h = hashlib.blake2b(digest_size=DIGEST_BYTES, person=b"babelstream-v1")
     for field in (model_id, source_lang, target_lang, tenant or "", domain or "", variant):
@@ -60,3 +65,45 @@ def files_fingerprint(paths: Iterable[Path], chunk_bytes: int = 1 << 20) -> str:
             while chunk := f.read(chunk_bytes):
                 h.update(chunk)
     return h.hexdigest()
+
+
+# Bumped when the fidelity layer changes what a given request translates to.
+# Changing BABELSTREAM_FIDELITY__* settings needs a new BABELSTREAM_REDIS__CACHE_VERSION.
+FIDELITY_SCHEME = "fidelity-1"
+
+
+def fidelity_variant(request: TranslationRequest, glossary_version: int | None = None) -> str:
+    """Format, glossary name and version, and inline terms, as one canonical string."""
+    terms = [[t.source, t.target] for t in request.terms or ()]
+    return json.dumps(
+        [
+            FIDELITY_SCHEME,
+            request.format or "text",
+            request.glossary,
+            glossary_version,
+            terms,
+        ],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def request_digest(
+    request: TranslationRequest, model_id: str, glossary_version: int | None = None
+) -> str:
+    """The digest that keys pair topics, windowed dedup and the caches.
+
+    ``glossary_version`` is the version of the request's named glossary the
+    worker will apply, so a changed glossary never serves a stale entry; the
+    router, which does not read glossaries, keys by name only (identical
+    requests still meet on one partition).
+    """
+    return content_digest(
+        model_id=model_id,
+        source_lang=request.source_lang,
+        target_lang=request.target_lang,
+        text=request.text,
+        tenant=request.tenant,
+        domain=request.domain,
+        variant=fidelity_variant(request, glossary_version),
+    )

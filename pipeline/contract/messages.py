@@ -61,6 +61,15 @@ MAX_INLINE_TERMS = 256
 TermText = Annotated[str, Field(min_length=1, max_length=256)]
 
 
+# the tenant of a request that names none (quotas, fair share, glossaries)
+DEFAULT_TENANT: Final = "default"
+
+
+def tenant_label(tenant: str | None) -> str:
+    """The tenant a request counts for (requests without one share ``default``)."""
+    return tenant or DEFAULT_TENANT
+
+
 def now_ms() -> int:
     """Current wall-clock time in epoch milliseconds."""
     return time.time_ns() // 1_000_000

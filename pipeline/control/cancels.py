@@ -133,7 +133,7 @@ def cancels_for(
 def publish_cancels(settings: Settings, cancels: Sequence[CancelRequest]) -> int:
     """Publish cancels to ``translate.cancel`` and wait for the broker's acks; returns the count."""
     from pipeline.client import reliable_producer
-    from pipeline.stack.topics import ensure_named
+    from pipeline.kafka.topics import ensure_named
 
     kafka = settings.kafka
     ensure_named(settings, CANCEL_TOPIC)

@@ -38,14 +38,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 if TYPE_CHECKING:
     from pipeline.engine.costs import CostModel
 
-DEFAULT_TENANT = "default"
-
 T = TypeVar("T")
-
-
-def tenant_label(tenant: str | None) -> str:
-    """The tenant a request counts for (requests without one share ``default``)."""
-    return tenant or DEFAULT_TENANT
 
 
 class DeficitRoundRobin(Generic[T]):

@@ -15,7 +15,8 @@ from pydantic import ValidationError
 
 from pipeline.contract.messages import TranslationResult, now_ms
 from pipeline.contract.pairs import RESULTS_TOPIC
-from pipeline.kafka.clients import admin_client, kafka_python_options
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import KafkaSettings
 
 

@@ -104,6 +104,21 @@ class ControllerState:
     cost_correction: float = 1.0
 
 
+def state_values(state: ControllerState) -> dict[str, float]:
+    """The controller's state as named numbers (``babelstream_batching_knob``)."""
+    return {
+        "max_wait_seconds": state.knobs.max_wait_s,
+        "max_messages": state.knobs.max_messages,
+        "token_budget": state.knobs.token_budget,
+        "throughput_mode": 1.0 if state.mode == THROUGHPUT else 0.0,
+        "latency_share": state.latency_share,
+        "queue_delay_seconds": state.queue_delay_s,
+        "service_seconds": state.service_s,
+        "arrivals_per_second": state.arrivals_per_s,
+        "cost_correction": state.cost_correction,
+    }
+
+
 class AdaptiveBatching:
     """Per-pair controller of ``max_wait``, batch size and token budget (see module doc)."""
 

@@ -717,3 +717,12 @@ def _rel(path: Path, base: Path) -> str:
 def _toml_str(value: str) -> str:
     # A JSON string is a valid TOML basic string.
     return json.dumps(value, ensure_ascii=False)
+
+
+def registry_models(path: Path) -> list[str]:
+    """The model ids of the registry at ``path`` (none when it cannot be read: the worker
+    says why, and creates its models' topics itself)."""
+    try:
+        return sorted(Registry.load(path).models)
+    except ConfigError:
+        return []

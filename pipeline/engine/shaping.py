@@ -24,7 +24,12 @@ from collections.abc import Callable, Sequence
 
 from pipeline.contract.messages import SlaWindow
 from pipeline.contract.pairs import Pair
-from pipeline.engine.adaptive import AdaptiveBatching, BatchingKnobs, ControllerLimits
+from pipeline.engine.adaptive import (
+    AdaptiveBatching,
+    BatchingKnobs,
+    ControllerLimits,
+    state_values,
+)
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
 from pipeline.errors import ContractError
@@ -74,7 +79,7 @@ class BatchShaper:
                 p95_ms=objective, min_wait_s=b.min_wait_s, max_messages=b.max_messages
             )
             self.controller = AdaptiveBatching(limits, cost, replicas=replicas)
-            metrics.set_batching_state(model, self.controller.state)
+            metrics.set_batching_knobs(model, state_values(self.controller.state))
         self._lag: int | None = None
         self._lag_growing = False
 
@@ -132,7 +137,7 @@ class BatchShaper:
                 state.arrivals_per_s,
                 state.knobs.max_messages,
             )
-        metrics.set_batching_state(self.model, state)
+        metrics.set_batching_knobs(self.model, state_values(state))
 
     def lag(self, records: int) -> None:
         """The work topic's consumer lag, sampled (whether a backlog is building)."""
@@ -150,4 +155,4 @@ class BatchShaper:
         if not self._serves(pair):
             return
         self.controller.observe_window(window.p95_ms, window.count, lag_growing=self._lag_growing)
-        metrics.set_batching_state(self.model, self.controller.state)
+        metrics.set_batching_knobs(self.model, state_values(self.controller.state))

@@ -14,9 +14,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pipeline.cli.local_worker import free_port
 from pipeline.errors import BabelStreamError
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import free_port
 
 
 class GatewayNotReady(BabelStreamError):

@@ -23,8 +23,13 @@ from typing import Any, TypeVar
 
 import redis
 
-from pipeline.contract.messages import Headers, TranslationRequest, TranslationResult, now_ms
-from pipeline.control.fairness import tenant_label
+from pipeline.contract.messages import (
+    Headers,
+    TranslationRequest,
+    TranslationResult,
+    now_ms,
+    tenant_label,
+)
 from pipeline.control.quotas import QuotaLimiter
 from pipeline.detect import Detection, LanguageDetector
 from pipeline.engine.registry import Registry

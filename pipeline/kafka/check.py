@@ -17,11 +17,14 @@ import asyncio
 import socket
 import ssl
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pipeline.errors import ConfigError
 from pipeline.kafka.clients import aiokafka_options, kafka_python_options, ssl_context
 from pipeline.settings import KafkaSettings
+
+if TYPE_CHECKING:
+    from kafka import KafkaAdminClient
 
 T = TypeVar("T")
 
@@ -189,3 +192,14 @@ def kafka_python_client(
         if problem is None:
             raise
         raise KafkaRefused(f"Kafka refused {kafka.client_id}-{role}: {problem}") from exc
+
+
+def admin_client(kafka: KafkaSettings, role: str = "admin") -> KafkaAdminClient:
+    """A kafka-python admin client; the caller closes it.
+
+    Raises :class:`pipeline.kafka.check.KafkaRefused` (one line) when the
+    brokers refuse it.
+    """
+    from kafka import KafkaAdminClient
+
+    return kafka_python_client(KafkaAdminClient, kafka, role)

@@ -14,12 +14,9 @@ import logging
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.settings import KafkaSettings
-
-if TYPE_CHECKING:
-    from kafka import KafkaAdminClient
 
 
 def ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
@@ -257,16 +254,3 @@ def spark_kafka_source_options(kafka: KafkaSettings) -> dict[str, str]:
     return spark_kafka_options(kafka) | {
         "kafka.fetch.max.wait.ms": str(kafka.spark_fetch_max_wait_ms)
     }
-
-
-def admin_client(kafka: KafkaSettings, role: str = "admin") -> KafkaAdminClient:
-    """A kafka-python admin client; the caller closes it.
-
-    Raises :class:`pipeline.kafka.check.KafkaRefused` (one line) when the
-    brokers refuse it.
-    """
-    from kafka import KafkaAdminClient
-
-    from pipeline.kafka.check import kafka_python_client
-
-    return kafka_python_client(KafkaAdminClient, kafka, role)

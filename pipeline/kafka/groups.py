@@ -18,7 +18,7 @@ from kafka import TopicPartition
 from kafka.admin import OffsetSpec
 
 from pipeline.contract.pairs import BULK_WORK_PREFIX, WORK_PREFIX
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
 from pipeline.settings import KafkaSettings
 
 # Faust's member metadata ends with a JSON document that holds the worker's web URL.

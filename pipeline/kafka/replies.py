@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from pipeline.contract.messages import TOPIC_PATTERN
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import KafkaSettings, ReplySettings
-from pipeline.stack.topics import TopicSpec, ensure_topics
 
 log = logging.getLogger(__name__)
 

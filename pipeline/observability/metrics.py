@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -21,10 +22,10 @@ from prometheus_client import (
     start_http_server,
 )
 
-from pipeline.contract.messages import TranslationResult
-from pipeline.control.fairness import DEFAULT_TENANT
-from pipeline.engine.adaptive import THROUGHPUT, ControllerState
-from pipeline.steps.base import BatchStats
+from pipeline.contract.messages import DEFAULT_TENANT, TranslationResult
+
+if TYPE_CHECKING:
+    from pipeline.steps.base import BatchStats
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 # submission-to-result latency, seconds (requests and tenants alike)
@@ -318,19 +319,8 @@ def record_engine_call(model: str, priority: str, padding_ratio: float, seconds:
     ENGINE_CALL_SECONDS.labels(model, priority).observe(seconds)
 
 
-def set_batching_state(model: str, state: ControllerState) -> None:
-    """The adaptive batching controller's state for one model."""
-    values = {
-        "max_wait_seconds": state.knobs.max_wait_s,
-        "max_messages": state.knobs.max_messages,
-        "token_budget": state.knobs.token_budget,
-        "throughput_mode": 1.0 if state.mode == THROUGHPUT else 0.0,
-        "latency_share": state.latency_share,
-        "queue_delay_seconds": state.queue_delay_s,
-        "service_seconds": state.service_s,
-        "arrivals_per_second": state.arrivals_per_s,
-        "cost_correction": state.cost_correction,
-    }
+def set_batching_knobs(model: str, values: Mapping[str, float]) -> None:
+    """The adaptive batching controller's knobs and estimates for one model, by name."""
     for knob, value in values.items():
         BATCHING_KNOB.labels(model, knob).set(value)
 

@@ -57,7 +57,7 @@ def render_server_properties(
         "log.dirs": str(log_dir),
         "num.partitions": "4",
         # As in production (deploy/k8s): every topic is created with its configs
-        # (pipeline/stack/topics.py). aiokafka's metadata requests always ask for
+        # (pipeline/kafka/topics.py). aiokafka's metadata requests always ask for
         # auto-creation, so with it on a worker's producer re-creates a reply topic
         # its caller has just deleted.
         "auto.create.topics.enable": "false",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pipeline.contract.messages import Headers
 from pipeline.contract.pairs import DLQ_TOPIC
+from pipeline.kafka.records import Outgoing
 from pipeline.observability.tracing import inject_headers
-from pipeline.steps.base import Batch, Item, Outgoing
+from pipeline.steps.base import Batch, Item
 
 
 class Emit:

@@ -42,9 +42,10 @@ from pipeline.contract.messages import (
     record_id,
 )
 from pipeline.contract.pairs import QUARANTINE_TOPIC, Pair
+from pipeline.kafka.records import Outgoing, Record
 from pipeline.observability import metrics
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, Outgoing, Record, Step, TransientError, runs_in_canary
+from pipeline.steps.base import Batch, Step, TransientError, runs_in_canary
 from pipeline.steps.publish import Producer
 from pipeline.steps.quarantine import QuarantineLookup
 from pipeline.steps.trace import abandon_spans

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Protocol
 
-from pipeline.control.fairness import tenant_label
+from pipeline.contract.messages import tenant_label
 from pipeline.control.quotas import QuotaDecision
 from pipeline.observability import metrics
 from pipeline.steps.base import Batch, Item

@@ -36,8 +36,9 @@ from tenacity import (
 )
 
 from pipeline.contract.messages import record_id
+from pipeline.kafka.records import Record
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, Item, Record, RetryBudgetExhausted, TransientError
+from pipeline.steps.base import Batch, Item, RetryBudgetExhausted, TransientError
 from pipeline.steps.isolation import (
     QUARANTINED,
     BatchFactory,

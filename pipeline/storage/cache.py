@@ -1,6 +1,6 @@
 """Two-level translation cache: in-process LRU (L1) and Redis (L2).
 
-Keys are content digests (:func:`pipeline.routing.request_digest`), which
+Keys are content digests (:func:`pipeline.contract.digest.request_digest`), which
 already cover model, pair, tenant, domain and the full text. A failing Redis
 never fails a request: the cache degrades to L1 only, logs once, counts the
 failure and retries Redis after a back-off.

@@ -16,12 +16,12 @@ import pytest
 from kafka import KafkaProducer
 
 from pipeline.cli.commands.client import no_result_hint
-from pipeline.cli.local_worker import DEMO_MODEL, WorkerProcess
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient, build_requests
 from pipeline.contract.messages import now_ms
 from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair, work_topic
 from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_MODEL, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

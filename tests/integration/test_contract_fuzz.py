@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from pipeline.cli.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
 from pipeline.client import RequestOptions, TranslationClient, build_requests, reliable_producer
 from pipeline.contract.messages import CancelRequest, DeadLetter, TranslationRequest, now_ms
 from pipeline.contract.pairs import (
@@ -37,6 +36,7 @@ from pipeline.contract.pairs import (
 )
 from pipeline.drill.reconcile import ResultTally
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
 from tests.contract_fuzz import describe_failure, documents, fuzz_seed, restamp
 from tests.integration.helpers import TopicTail
 

@@ -21,11 +21,11 @@ from deep_translator import LibreTranslator
 from deep_translator.exceptions import AuthorizationException
 from libretranslatepy import LibreTranslateAPI
 
-from pipeline.cli.local_worker import WorkerProcess
 from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import WorkerProcess
 from pipeline.storage.redis import redis_client
 
 pytestmark = pytest.mark.integration

@@ -22,9 +22,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from pipeline.cli.local_worker import WorkerProcess
 from pipeline.gateway.process import GatewayProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

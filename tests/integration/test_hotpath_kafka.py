@@ -19,11 +19,12 @@ from pipeline.client import reliable_producer
 from pipeline.contract.messages import QuarantineRecord
 from pipeline.contract.pairs import DLQ_TOPIC, QUARANTINE_TOPIC, RESULTS_TOPIC
 from pipeline.control.quotas import QuotaLimiter
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.records import Outgoing
 from pipeline.kafka.replies import ReplyTopic
+from pipeline.kafka.topics import ensure_named
 from pipeline.settings import Settings, TenantSettings, load_settings
-from pipeline.stack.topics import ensure_named
-from pipeline.steps.base import Outgoing, TransientError
+from pipeline.steps.base import TransientError
 from pipeline.storage.cache import RedisCache
 from tests.hotpath_cases import CASES, Case, Harness
 from tests.integration.helpers import TopicTail

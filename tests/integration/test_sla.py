@@ -54,13 +54,13 @@ from pipeline.contract.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import SlaSettings
 from pipeline.sla.history import read_history
 from pipeline.sla.logic import JobRun
 from pipeline.sla.ticks import TickSource
 from pipeline.stack.manager import Endpoints
-from pipeline.stack.topics import TopicSpec, ensure_topics
 from tests.integration.helpers import TopicTail
 
 # Two job runs (each a JVM start and a cold first batch): about 3 minutes on an idle 2-core

@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import click
 
 from pipeline.cli.commands.options import Duration
-from pipeline.cli.local_worker import DEMO_PAIR
 from pipeline.cli.main import LazyGroup
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import DEMO_PAIR
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -170,9 +170,9 @@ def engine(
 
     from pipeline.bench.engine import generated_sentences, measure_fixed
     from pipeline.bench.report import ratio
-    from pipeline.cli.progress import progress_bar
     from pipeline.engine.profile import candidates
     from pipeline.engine.translator import CTranslate2Translator
+    from pipeline.observability.progress import progress_bar
 
     ctx = _Context(settings, pair_id, kafka=False)
     pair = ctx.target.entry.pair

@@ -11,8 +11,8 @@ import click
 
 from pipeline.bench.bulk_memory import measure_bulk_memory
 from pipeline.bench.report import Machine
-from pipeline.cli.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 BENCH_BULK_BATCH = 256
 

@@ -44,14 +44,15 @@ from typing import Any
 
 import click
 
-from pipeline.cli.progress import progress_bar
 from pipeline.contract.messages import SlaWindow
-from pipeline.kafka.clients import admin_client, kafka_python_options
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.kafka.reachability import require_kafka, require_spark_master
+from pipeline.kafka.topics import TopicSpec, ensure_topics
+from pipeline.observability.progress import progress_bar
 from pipeline.settings import Settings
 from pipeline.sla.logic import RunSummary
 from pipeline.sla.ticks import TickSource
-from pipeline.stack.topics import TopicSpec, ensure_topics
 
 _STATUSES = ("ok",) * 17 + ("timeout", "error")
 _CACHES = ("miss", "miss", "l1", "l2", "window")

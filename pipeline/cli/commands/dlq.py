@@ -20,8 +20,8 @@ from pipeline.control.dead_letters import (
     read_replayed,
 )
 from pipeline.control.quarantine import describe, quarantined, release
+from pipeline.kafka.topics import ensure_named
 from pipeline.settings import Settings
-from pipeline.stack.topics import ensure_named
 
 REASONS = get_args(DeadLetterReason)
 

@@ -10,8 +10,8 @@ from typing import TypeVar
 import click
 import redis
 
+from pipeline.contract.messages import DEFAULT_TENANT
 from pipeline.contract.pairs import Pair
-from pipeline.control.fairness import DEFAULT_TENANT
 from pipeline.engine.registry import Registry
 from pipeline.errors import ContractError, ServiceUnavailable
 from pipeline.fidelity.store import GlossaryError, GlossaryStore, StoredGlossary, read_terms

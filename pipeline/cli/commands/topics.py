@@ -35,7 +35,7 @@ def migrate(settings: Settings, group: str, dry_run: bool, as_json: bool) -> Non
     model serves stay where they are (reported).
     The old topics are left in place: delete them once this reports nothing waiting.
     """
-    from pipeline.kafka.migrate import migrate as run
+    from pipeline.control.migrate import migrate as run
 
     migration = run(settings, group, dry_run=dry_run)
     if as_json:

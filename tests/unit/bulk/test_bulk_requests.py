@@ -14,10 +14,9 @@ from pipeline.bulk.requests import (
     request_id,
     wire_doc_id,
 )
-from pipeline.contract.digest import content_digest
+from pipeline.contract.digest import content_digest, request_digest
 from pipeline.contract.messages import TranslationRequest
 from pipeline.contract.pairs import Pair
-from pipeline.routing import request_digest
 
 PAIR = Pair("en", "en-XA")
 

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from pipeline.cli import progress
-from pipeline.cli.progress import progress_bar
+from pipeline.observability import progress
+from pipeline.observability.progress import progress_bar
 
 
 class FakeStderr(io.StringIO):

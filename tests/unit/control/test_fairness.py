@@ -8,13 +8,8 @@ from collections import Counter
 
 import pytest
 
-from pipeline.control.fairness import (
-    DeficitRoundRobin,
-    FairRounds,
-    RoundPace,
-    lone_round_s,
-    tenant_label,
-)
+from pipeline.contract.messages import tenant_label
+from pipeline.control.fairness import DeficitRoundRobin, FairRounds, RoundPace, lone_round_s
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
 from pipeline.settings import BatchingSettings, WorkerSettings

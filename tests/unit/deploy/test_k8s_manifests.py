@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from pipeline.contract.pairs import work_topic
+from pipeline.engine.registry import registry_models
+from pipeline.kafka.topics import topic_specs
 from pipeline.settings import PROJECT_ROOT, Settings
-from pipeline.stack.topics import registry_models, topic_specs
 from tests.unit.settings_keys import PREFIX, assert_setting_key
 
 K8S = PROJECT_ROOT / "deploy" / "k8s"
@@ -203,7 +204,7 @@ def check_cluster(
     assert settings.kafka.sasl_mechanism == "SCRAM-SHA-512"
     assert settings.kafka.sasl_username in {n for (k, n) in by_key if k == "KafkaUser"}
     topics = {d["spec"]["topicName"]: d for k, d in by_key.items() if k[0] == "KafkaTopic"}
-    specs = topic_specs(settings)
+    specs = topic_specs(settings, registry_models(settings.engine.registry))
     assert set(topics) == set(specs)
     for name, topic in topics.items():
         assert re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", topic["metadata"]["name"])
@@ -217,7 +218,7 @@ def check_cluster(
     target = scaled["spec"]["scaleTargetRef"]
     assert (target["kind"], target["name"]) in by_key
     assert scaled["spec"]["maxReplicaCount"] == settings.kafka.work_partitions
-    model_topics = {work_topic(m) for m in registry_models(settings)}
+    model_topics = {work_topic(m) for m in registry_models(settings.engine.registry)}
     triggers = scaled["spec"]["triggers"]
     assert {t["metadata"]["topic"] for t in triggers} == model_topics
     for trigger in triggers:

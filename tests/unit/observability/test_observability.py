@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from pipeline.contract.messages import TranslationResult
-from pipeline.engine.adaptive import AdaptiveBatching, ControllerLimits
+from pipeline.engine.adaptive import AdaptiveBatching, ControllerLimits, state_values
 from pipeline.engine.costs import CostModel
 from pipeline.observability import metrics
 from pipeline.observability.tracing import (
@@ -83,7 +83,7 @@ def test_metrics_endpoint_exposes_every_declared_metric() -> None:
     metrics.record_route("routed")
     metrics.record_engine_call("en_de", "interactive", 0.04, 0.2)
     controller = AdaptiveBatching(ControllerLimits(p95_ms=500), CostModel(0.01, 0.0, 1e-4))
-    metrics.set_batching_state("en_de", controller.state)
+    metrics.set_batching_knobs("en_de", state_values(controller.state))
     metrics.set_committed_lag("babelstream", {("translate.requests.en_de", 0): 7})
     metrics.set_worker_ready(True)
     metrics.set_batch_failing("translate.requests.en_de", 12.5)

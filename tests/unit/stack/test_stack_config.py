@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.engine.registry import registry_models
+from pipeline.kafka.topics import topic_specs
 from pipeline.settings import (
     EngineSettings,
     KafkaSettings,
@@ -18,7 +20,6 @@ from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
 from pipeline.stack.layout import node_ports
 from pipeline.stack.redis import render_redis_conf
-from pipeline.stack.topics import topic_specs
 
 
 def _props(text: str) -> dict[str, str]:
@@ -82,7 +83,8 @@ def test_topic_specs_cover_the_design(tmp_path: Path) -> None:
         kafka=KafkaSettings(ingress_partitions=6, work_partitions=3),
         engine=EngineSettings(registry=registry),
     )
-    specs = {name: spec.partitions for name, spec in topic_specs(settings).items()}
+    models = registry_models(registry)
+    specs = {name: spec.partitions for name, spec in topic_specs(settings, models).items()}
     assert specs == {
         "translate.requests": 6,
         "translate.results": settings.kafka.results_partitions,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pipeline.errors import ConfigError
+from pipeline.kafka.topics import ClusterReplication, check_replication, under_replicated
 from pipeline.settings import KafkaSettings
-from pipeline.stack.topics import ClusterReplication, check_replication, under_replicated
 
 CLUSTER = ClusterReplication(brokers=3, default_replication_factor=3, min_insync_replicas=2)
 

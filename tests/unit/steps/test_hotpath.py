@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from pipeline.control.quotas import QuotaDecision
+from pipeline.kafka.records import Outgoing
 from pipeline.settings import RedisSettings
-from pipeline.steps.base import Outgoing, TransientError
+from pipeline.steps.base import TransientError
 from pipeline.storage.cache import RedisCache
 from tests.hotpath_cases import CASES, Case, Harness
 

@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 
+from pipeline.kafka.records import Record
 from pipeline.settings import WorkerSettings
-from pipeline.steps.base import Item, Record, TransientError
+from pipeline.steps.base import Item, TransientError
 from pipeline.steps.translate import InFlightTexts
 from pipeline.storage.cache import CachedTranslation
 

@@ -17,8 +17,9 @@ from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translation
 from pipeline.fidelity.prepare import FidelityConfig
 from pipeline.fidelity.service import FidelityService
+from pipeline.kafka.records import Record
 from pipeline.settings import WorkerSettings, load_settings
-from pipeline.steps.base import Batch, BatchStats, Item, Record
+from pipeline.steps.base import Batch, BatchStats, Item
 from pipeline.steps.fidelity import TranslateFaithfully
 from pipeline.steps.translate import EngineRunner, Translate
 from workers.stats import WorkerStats

@@ -29,9 +29,10 @@ from pipeline.contract.pairs import (
 )
 from pipeline.engine.registry import Registry
 from pipeline.errors import ConfigError, ContractError
-from pipeline.kafka.clients import admin_client, kafka_python_options
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import kafka_python_options
+from pipeline.kafka.topics import ensure_topics, model_topic_specs
 from pipeline.settings import Settings
-from pipeline.stack.topics import ensure_topics, model_topic_specs
 
 
 @dataclass

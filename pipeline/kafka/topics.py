@@ -37,7 +37,7 @@ from pipeline.contract.pairs import (
     work_topic,
 )
 from pipeline.errors import ConfigError
-from pipeline.kafka.clients import admin_client
+from pipeline.kafka.check import admin_client
 from pipeline.settings import KafkaSettings, Settings
 
 if TYPE_CHECKING:
@@ -169,8 +169,9 @@ class EnsureReport:
     mismatched: dict[str, tuple[int, int]]
 
 
-def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
-    """Every topic ``babelstream up`` creates."""
+def topic_specs(settings: Settings, models: Iterable[str] = ()) -> dict[str, TopicSpec]:
+    """The design's topics, with the work topics of ``models`` (``babelstream up`` gives the
+    models of the registry: :func:`pipeline.engine.registry.registry_models`)."""
     kafka = settings.kafka
     specs = {
         REQUESTS_TOPIC: TopicSpec(kafka.ingress_partitions),
@@ -197,21 +198,9 @@ def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
             kafka.ticks_partitions, {"retention.ms": str(kafka.ticks_retention_ms)}
         ),
     }
-    for model_id in registry_models(settings):
+    for model_id in models:
         specs.update(model_topic_specs(kafka, model_id))
     return specs
-
-
-def registry_models(settings: Settings) -> list[str]:
-    """The model ids of the engine registry (none when it cannot be read: the worker says
-    why, and creates its models' topics itself)."""
-    from pipeline.engine.registry import Registry
-    from pipeline.errors import ConfigError
-
-    try:
-        return sorted(Registry.load(settings.engine.registry).models)
-    except ConfigError:
-        return []
 
 
 def ensure_named(settings: Settings, *names: str) -> EnsureReport:
