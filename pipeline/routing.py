@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from pipeline.contract.codec import RecordRef, Rejected, decode_request
+from pipeline.contract.codec import DeadLettered, RecordRef, decode_request
 from pipeline.contract.digest import request_digest
 from pipeline.contract.messages import (
     AUTO_LANGUAGE,
@@ -71,7 +71,7 @@ class Router:
         """The records to produce for one ingress record, in order: exactly one, or a dead
         letter followed by the ``rejected`` error result for its sender."""
         decoded = decode_request(key, value, ref, self._limits)
-        if isinstance(decoded, Rejected):
+        if isinstance(decoded, DeadLettered):
             letter = decoded.dead_letter
             out = [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "dead_letter")]
             reply = rejection_result(value, letter, self._worker)

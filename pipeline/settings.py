@@ -641,8 +641,9 @@ class BatchingSettings(_Section):
     p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
     default_p95_ms: float = Field(1000.0, gt=0)
     # the adaptive controller's floor for max_wait and its ceiling for a micro-batch
+    # (worker.max_messages is the static micro-batch size without the controller)
     min_wait_s: float = Field(0.002, gt=0)
-    max_messages: int = Field(256, ge=1)
+    adaptive_max_messages: int = Field(256, ge=1)
     # With fair share, a lone tenant's round is its oldest held request and the ones
     # nearest to it in length among its next sort_window held requests, so engine calls
     # pad little (a request may overtake older ones of its tenant); 1: oldest first
@@ -829,6 +830,8 @@ RETIRED: dict[str, str] = {
     "(work topics are per model)",
     "BABELSTREAM_STACK__PAIRS": "removed in 0.2: `babelstream up` creates the work topics of "
     "every model in the registry",
+    "BABELSTREAM_BATCHING__MAX_MESSAGES": "renamed BABELSTREAM_BATCHING__ADAPTIVE_MAX_MESSAGES "
+    "in 0.2 (worker.max_messages is the static micro-batch size)",
 }
 
 

@@ -509,7 +509,7 @@ def _add_model_agents(
         )
         shell.runners[topic_name] = runner
         # Take as much as the shape may ever ask for; the shell cuts it to the current size.
-        take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
+        take = s.batching.adaptive_max_messages if shaper.controller else shaper.knobs.max_messages
         size = lambda shaper=shaper: shaper.knobs.max_messages  # noqa: E731 (read at each cut)
         round_s = lone_round_s(s.tenants.max_round_s, cost, budget)
         agent = (

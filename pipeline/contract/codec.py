@@ -1,7 +1,7 @@
 """Decoding requests from raw Kafka records, with errors as data.
 
 ``decode_request`` never raises for bad input: it returns either an
-:class:`Accepted` request or a :class:`Rejected` record that already holds the
+:class:`Accepted` request or a :class:`DeadLettered` record that already holds the
 :class:`~pipeline.contract.messages.DeadLetter` to publish, with the original bytes.
 """
 
@@ -39,7 +39,7 @@ class Accepted:
 
 
 @dataclass(frozen=True, slots=True)
-class Rejected:
+class DeadLettered:
     dead_letter: DeadLetter
 
     @property
@@ -47,7 +47,7 @@ class Rejected:
         return self.dead_letter.reason
 
 
-Decoded = Accepted | Rejected
+Decoded = Accepted | DeadLettered
 
 
 def encode_bytes(data: bytes | None) -> tuple[str | None, Encoding | None]:
@@ -134,8 +134,8 @@ def decode_request(
 ) -> Decoded:
     """Bytes off the wire -> an accepted request or a dead letter with a reason."""
 
-    def reject(reason: DeadLetterReason, error: str) -> Rejected:
-        return Rejected(dead_letter(ref, key, value, reason, error))
+    def reject(reason: DeadLetterReason, error: str) -> DeadLettered:
+        return DeadLettered(dead_letter(ref, key, value, reason, error))
 
     if value is None:
         return reject("not_json", "record has no value (tombstone)")

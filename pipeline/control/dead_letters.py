@@ -23,7 +23,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from pipeline.contract.codec import RecordRef, Rejected, decode_original, decode_request
+from pipeline.contract.codec import DeadLettered, RecordRef, decode_original, decode_request
 from pipeline.contract.messages import DeadLetter, ReplayMarker, now_ms, record_id
 from pipeline.contract.pairs import DLQ_REPLAYED_TOPIC, DLQ_TOPIC, REQUESTS_TOPIC
 from pipeline.kafka.clients import kafka_python_options
@@ -211,7 +211,7 @@ def plan_replay(
                 continue
         ref = RecordRef(letter.source_topic, letter.partition, letter.offset)
         decoded = decode_request(key, value, ref, limits)
-        if isinstance(decoded, Rejected):
+        if isinstance(decoded, DeadLettered):
             plan.refused[letter_id] = (
                 f"would be dead-lettered again ({decoded.reason}): {decoded.dead_letter.error}"
             )

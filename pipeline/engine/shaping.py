@@ -76,7 +76,7 @@ class BatchShaper:
                 default=b.default_p95_ms,
             )
             limits = ControllerLimits(
-                p95_ms=objective, min_wait_s=b.min_wait_s, max_messages=b.max_messages
+                p95_ms=objective, min_wait_s=b.min_wait_s, max_messages=b.adaptive_max_messages
             )
             self.controller = AdaptiveBatching(limits, cost, replicas=replicas)
             metrics.set_batching_knobs(model, state_values(self.controller.state))

@@ -16,8 +16,7 @@ from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
 from pipeline.fidelity.store import GlossaryUnavailable
 from pipeline.steps.base import Batch, BatchStats, Item, TransientError
-from pipeline.steps.translate import EngineRunner, InFlightTexts
-from pipeline.steps.translate import Rejected as EngineRejected
+from pipeline.steps.translate import EngineRejected, EngineRunner, InFlightTexts
 from pipeline.storage.cache import CachedTranslation
 
 

@@ -43,7 +43,7 @@ _OOM_MARKERS = ("out of memory", "CUDA_ERROR_OUT_OF_MEMORY", "bad_alloc")
 
 
 @dataclass(frozen=True, slots=True)
-class Rejected:
+class EngineRejected:
     """A text the engine failed on when translating it alone (input-caused)."""
 
     error: str
@@ -115,7 +115,7 @@ class EngineRunner:
         pairs: Sequence[Pair],
         stats: BatchStats,
         on_last_call: Callable[[], None] | None = None,
-    ) -> list[Translation | Rejected]:
+    ) -> list[Translation | EngineRejected]:
         """One outcome per text (``pairs[i]``: ``texts[i]``'s pair), in order; raises
         TransientError when the engine is at fault.
 
@@ -126,7 +126,7 @@ class EngineRunner:
         groups: dict[Hashable, list[int]] = {}
         for i, text in enumerate(prepared):
             groups.setdefault(self._lane.translator.call_key(text.pair), []).append(i)
-        out: list[Translation | Rejected | None] = [None] * len(texts)
+        out: list[Translation | EngineRejected | None] = [None] * len(texts)
         for n, indices in enumerate(groups.values()):
             last = n + 1 == len(groups)
             part = [prepared[i] for i in indices]
@@ -135,14 +135,16 @@ class EngineRunner:
                 out[i] = result
         stats.engine_texts += len(texts)
         done = [o for o in out if o is not None]
-        rejected = [p.pair for p, o in zip(prepared, done, strict=True) if isinstance(o, Rejected)]
+        rejected = [
+            p.pair for p, o in zip(prepared, done, strict=True) if isinstance(o, EngineRejected)
+        ]
         if rejected:
             await self._check_canary(rejected[0])
         return done
 
     async def _run_group(
         self, prepared: list[Any], stats: BatchStats, on_last_call: Callable[[], None] | None
-    ) -> list[Translation | Rejected]:
+    ) -> list[Translation | EngineRejected]:
         """Texts that may share calls: planned together, run side by side."""
         plan = await self._lane.plan(prepared, self._planner(prepared[0].pair))
         stats.padded_tokens += plan.padded_tokens
@@ -151,14 +153,14 @@ class EngineRunner:
         outcomes = await self._lane.run_plan(
             prepared, plan, self._through, on_last_call, self._gate.share(self._priority)
         )
-        out: list[Translation | Rejected | None] = [None] * len(prepared)
+        out: list[Translation | EngineRejected | None] = [None] * len(prepared)
         for outcome in outcomes:
             indices = outcome.sub_batch.indices
             stats.engine_batches.append(len(indices))
             metrics.record_engine_call(
                 self._label, self._priority_label, outcome.sub_batch.padding_ratio, outcome.engine_s
             )
-            results: list[Translation | Rejected]
+            results: list[Translation | EngineRejected]
             if outcome.translations is not None:
                 results = list(outcome.translations)
                 stats.engine_seconds += outcome.engine_s
@@ -205,7 +207,7 @@ class EngineRunner:
 
     async def _narrowing(
         self, prepared: list[Any], failure: Exception | None = None
-    ) -> list[Translation | Rejected]:
+    ) -> list[Translation | EngineRejected]:
         """Bisect a failing call (``failure``: its error, already raised) down to the texts."""
         exc = failure
         if exc is None:
@@ -217,7 +219,7 @@ class EngineRunner:
             raise TransientError(f"engine failed: {type(exc).__name__}: {exc}") from exc
         if len(prepared) == 1:
             log.warning("translation failed for one text: %s", exc)
-            return [Rejected(f"{type(exc).__name__}: {exc}")]
+            return [EngineRejected(f"{type(exc).__name__}: {exc}")]
         mid = len(prepared) // 2
         head = await self._narrowing(prepared[:mid])
         tail = await self._narrowing(prepared[mid:])
@@ -354,7 +356,7 @@ class Translate:
         )
         for item, outcome in zip(todo, outcomes, strict=True):
             item.engine_batch_size = len(todo)
-            if isinstance(outcome, Rejected):
+            if isinstance(outcome, EngineRejected):
                 item.error, item.reason = outcome.error, "engine_rejected"
             else:
                 item.cache = "miss"

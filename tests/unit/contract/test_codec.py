@@ -7,7 +7,13 @@ import json
 
 import pytest
 
-from pipeline.contract.codec import Accepted, RecordRef, Rejected, decode_original, decode_request
+from pipeline.contract.codec import (
+    Accepted,
+    DeadLettered,
+    RecordRef,
+    decode_original,
+    decode_request,
+)
 from pipeline.settings import LimitSettings
 
 REF = RecordRef("translate.requests", 3, 42)
@@ -61,7 +67,7 @@ def test_rejects_with_reason_and_original_bytes(
     value: bytes | None, reason: str, fragment: str
 ) -> None:
     decoded = decode_request(b"key", value, REF, LIMITS)
-    assert isinstance(decoded, Rejected)
+    assert isinstance(decoded, DeadLettered)
     letter = decoded.dead_letter
     assert letter.reason == reason
     assert fragment in letter.error
@@ -72,7 +78,7 @@ def test_rejects_with_reason_and_original_bytes(
 
 def test_non_utf8_bytes_are_kept_as_base64() -> None:
     decoded = decode_request(b"\x00\xff", b"\xff", REF, LIMITS)
-    assert isinstance(decoded, Rejected)
+    assert isinstance(decoded, DeadLettered)
     assert decoded.dead_letter.value_encoding == "base64"
     assert base64.b64decode(decoded.dead_letter.value or "") == b"\xff"
     assert decoded.dead_letter.key_encoding == "base64"
@@ -81,7 +87,7 @@ def test_non_utf8_bytes_are_kept_as_base64() -> None:
 def test_configurable_text_limit() -> None:
     tight = LimitSettings(max_text_bytes=4)
     assert isinstance(decode_request(None, raw(text="four"), REF, tight), Accepted)
-    assert isinstance(decode_request(None, raw(text="fivee"), REF, tight), Rejected)
+    assert isinstance(decode_request(None, raw(text="fivee"), REF, tight), DeadLettered)
 
 
 @pytest.mark.parametrize(
@@ -101,6 +107,6 @@ def test_the_schema_bounds_the_limits_tighten_are_limits(
     """Over the schema's own text and timeout bounds is limit_exceeded, as over the
     deployment limits (which tighten them) is, not invalid."""
     decoded = decode_request(b"key", raw(**changes), REF, LIMITS)
-    assert isinstance(decoded, Rejected)
+    assert isinstance(decoded, DeadLettered)
     assert decoded.dead_letter.reason == reason
     assert fragment in decoded.dead_letter.error
