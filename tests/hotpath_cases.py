@@ -113,7 +113,10 @@ class Backend(Protocol):
 
     async def list_topics(self) -> set[str]: ...
 
-    async def published(self, marker: str, expected: int) -> list[Outgoing]: ...
+    async def published(self, marker: str, expected: int) -> list[Outgoing]:
+        """The records carrying ``marker`` (at least ``expected`` of them, or all there
+        are after a wait), in the order they were sent."""
+        ...
 
     def write_raw(self, key: str, value: bytes) -> None:
         """Store raw bytes in the L2 store, bypassing the cache (to corrupt an entry)."""

@@ -38,6 +38,9 @@ class KafkaProducer:
     def __init__(self, settings: Settings) -> None:
         self._producer = reliable_producer(settings.kafka, "hotpath-test")
         self._timeout_s = settings.worker.produce_timeout_s
+        # values in the order they were sent: records on different partitions
+        # read back in no defined order, so the send order is kept here
+        self.sent: list[bytes | None] = []
 
     async def send_all(self, records: Sequence[Outgoing]) -> None:
         def send() -> None:
@@ -48,6 +51,7 @@ class KafkaProducer:
             self._producer.flush(self._timeout_s)
             for future in futures:
                 future.get(timeout=self._timeout_s)
+            self.sent.extend(r.value for r in records)
 
         try:
             await asyncio.to_thread(send)
@@ -111,11 +115,15 @@ class KafkaBackend:
                         )
             return found
 
+        def send_order(record: Outgoing) -> int:
+            sent = self.producer.sent
+            return sent.index(record.value) if record.value in sent else len(sent)
+
         deadline = time.monotonic() + 30
         found = await asyncio.to_thread(ours)
         while len(found) < expected and time.monotonic() < deadline:
             found = await asyncio.to_thread(ours)
-        return found
+        return sorted(found, key=send_order)
 
     def write_raw(self, key: str, value: bytes) -> None:
         self._redis.set(key, value, ex=60)
