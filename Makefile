@@ -35,8 +35,8 @@ system-deps:
 # copied into the package (committed), so nothing comes from a CDN at run time.
 vendor:
 	npm ci --no-audit --no-fund
-	cp node_modules/chart.js/dist/chart.umd.min.js pipeline/dashboard/static/vendor/chart.umd.min.js
-	cp node_modules/chart.js/LICENSE.md pipeline/dashboard/static/vendor/chart.js.LICENSE.md
+	cp node_modules/chart.js/dist/chart.umd.min.js pipeline/sla/dashboard/static/vendor/chart.umd.min.js
+	cp node_modules/chart.js/LICENSE.md pipeline/sla/dashboard/static/vendor/chart.js.LICENSE.md
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,7 +72,7 @@ test-chaos: install
 	$(BIN)/pytest -m chaos $(PYTEST_ARGS)
 
 demo: install up
-	$(BIN)/python -m pipeline.demo
+	$(BIN)/python -m pipeline.cli.demo
 
 # This release's performance figures (each bench a few minutes; docs/performance/index.md).
 BENCH_PAIR ?= en_en-XB
@@ -90,6 +90,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The documentation site (mkdocs.yml), its reference generated from the code at build
 # time (docsgen/); strict: a broken link or anchor fails. Output: var/site/.

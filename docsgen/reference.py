@@ -123,8 +123,8 @@ def cli_page(root: click.Command, program: str = "babelstream") -> str:
         GENERATED,
         "# Command line",
         "",
-        "Every `babelstream` command, read from the click commands of `pipeline/cli.py` and "
-        "`pipeline/commands/`. `babelstream COMMAND --help` prints the same. Options of the "
+        "Every `babelstream` command, read from the click commands of `pipeline/cli/main.py` and "
+        "`pipeline/cli/commands/`. `babelstream COMMAND --help` prints the same. Options of the "
         "root command (`-v`) go before the command's name.",
         "",
     ]
@@ -415,7 +415,7 @@ def contract_page(schemas_dir: Path = SCHEMAS_DIR) -> str:
         "# Message contract",
         "",
         "The JSON Schema files in `schemas/`, exported from the pydantic models of "
-        "`pipeline/messages.py` (`babelstream schemas export`; a unit test keeps them "
+        "`pipeline/contract/messages.py` (`babelstream schemas export`; a unit test keeps them "
         "identical). Messages are JSON in UTF-8, times are epoch milliseconds (UTC). "
         "What each message is for, and the topics that carry it: "
         "[Concepts: the contract](../concepts/contract.md).",
@@ -487,8 +487,9 @@ def _metric_kind(metric: MetricWrapperBase) -> str:
 
 
 def metrics_page() -> str:
-    """Every metric declared in ``pipeline/metrics.py``: name, type, labels, meaning."""
-    from pipeline import metrics
+    """Every metric declared in ``pipeline/observability/metrics.py``: name, type, labels,
+    meaning."""
+    from pipeline.observability import metrics
 
     out = [
         GENERATED,
@@ -496,7 +497,7 @@ def metrics_page() -> str:
         "",
         "Every Prometheus metric a worker serves at `/metrics` on "
         "`BABELSTREAM_OBSERVABILITY__METRICS_PORT` (9464 by default), read from "
-        "`pipeline/metrics.py`, where every metric name is declared. Histograms also "
+        "`pipeline/observability/metrics.py`, where every metric name is declared. Histograms also "
         "serve `_bucket`, `_sum` and `_count` series. Labels use pair ids (`en_de`). "
         "The alert rules built on them: [Alert rules](alerts.md).",
         "",
@@ -582,7 +583,7 @@ def alerts_page(rules_dir: Path = RULES_DIR) -> str:
 
 
 def _cli() -> str:
-    from pipeline.cli import main
+    from pipeline.cli.main import main
 
     return cli_page(main)
 

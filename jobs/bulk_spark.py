@@ -50,9 +50,9 @@ from pipeline.bulk.runner import model_id_for
 from pipeline.bulk.schema import OUTPUT_COLUMNS, OUTPUT_FIELDS
 from pipeline.bulk.segmenter import Segment, Segmentation, segment_for_format
 from pipeline.bulk.state import JobState
-from pipeline.kafka_clients import spark_kafka_options, spark_kafka_source_options
-from pipeline.messages import now_ms
-from pipeline.pairs import RESULTS_TOPIC, Pair, bulk_work_topic
+from pipeline.contract.messages import now_ms
+from pipeline.contract.pairs import RESULTS_TOPIC, Pair, bulk_work_topic
+from pipeline.kafka.clients import spark_kafka_options, spark_kafka_source_options
 from pipeline.settings import Settings
 from pipeline.stack.jars import spark_kafka_jars
 

@@ -2,7 +2,7 @@
 
 One query over one Kafka source (``translate.results`` + ``translate.ticks``),
 read and parsed once per micro-batch: parse with explicit schemas
-(:data:`pipeline.sla.RESULT_FIELDS` / :data:`~pipeline.sla.TICK_FIELDS`; records
+(:data:`pipeline.sla.logic.RESULT_FIELDS` / :data:`~pipeline.sla.logic.TICK_FIELDS`; records
 that are not JSON or lack a field are skipped) → event time = ``completed_at``
 (a tick's ``emitted_at``) → ``withWatermark`` → one shuffle by ``request_id``
 that every branch below reads (Spark reuses the exchange, so the source is
@@ -24,7 +24,7 @@ windows, no state → append mode → one ``foreachBatch`` writes both to the si
   ``rejected_ratio`` by status; ``cache_hit_ratio`` (l1 / l2 / window);
   ``duplicates``: results dropped as repeats of a request id already counted.
   The sinks add the objectives met and the burn rates
-  (:func:`pipeline.sla.to_sla_window`).
+  (:func:`pipeline.sla.logic.to_sla_window`).
 - *Sketch*: ``kll_sketch_agg_double(latency_ms, sketch_k)`` per window, stored in
   the Parquet history only (``latency_sketch``), merged by ``babelstream sla report``.
 
@@ -53,7 +53,7 @@ repeats only.
 counter. The late-rows branch passes every result with each of its windows
 to ``foreachBatch``, which keeps those the stateful operators of the same
 micro-batch dropped: window end − 1 ms at or before the watermark the batch
-judges late input by (:func:`pipeline.sla.late_watermark`, from the query's
+judges late input by (:func:`pipeline.sla.logic.late_watermark`, from the query's
 offset log). They go to ``translate.sla.late`` (LateResult, one per row and
 missed window, with the watermark and how far behind it the row was) and a
 Parquet history. Rows and windows come from the same micro-batch, so every
@@ -65,7 +65,7 @@ rows after a restart; each sink skips a batch it already wrote. The Kafka
 sinks write each batch and its id in one transaction (:class:`KafkaSink`), so
 ``read_committed`` readers see every window and late row once, however the job
 is killed: Spark's own Kafka sink is at-least-once. Files record the last batch
-in :class:`pipeline.sla.BatchLog` under ``<checkpoint>/sinks/``; Parquet files
+in :class:`pipeline.sla.logic.BatchLog` under ``<checkpoint>/sinks/``; Parquet files
 are named by batch id and content, so a rewrite replaces the same file.
 """
 
@@ -94,20 +94,20 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from pipeline.kafka_clients import (
-    admin_client,
-    kafka_python_options,
-    spark_kafka_source_options,
-)
-from pipeline.messages import (
+from pipeline.contract.messages import (
     UNSUPPORTED_PAIR_REASON,
     UNSUPPORTED_SERIES,
     LateResult,
     SlaWindow,
     now_ms,
 )
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import (
+    kafka_python_options,
+    spark_kafka_source_options,
+)
 from pipeline.settings import Settings, SlaSettings
-from pipeline.sla import (
+from pipeline.sla.logic import (
     CACHE_HITS,
     PERCENTILES,
     TICK_FIELDS,
@@ -399,7 +399,7 @@ class KafkaSink:
 
     The transaction carries the batch's records and its mark: offset ``batch id
     + 1`` of the topic's partition 0, committed for a group named like the
-    transactional id (:func:`pipeline.sla.sink_transactional_id`) that nothing
+    transactional id (:func:`pipeline.sla.logic.sink_transactional_id`) that nothing
     consumes. Spark re-runs its uncommitted batch after a restart: if that
     batch's transaction committed, the mark says so and the batch is skipped; if
     it did not, the restarted producer's ``init_transactions`` aborted it, and it
@@ -623,7 +623,7 @@ class WindowSinks:
 
     def _resume_burn_rates(self) -> None:
         """Refill the burn-rate periods from the history, so a restart keeps them whole."""
-        from pipeline.sla_history import recent_windows
+        from pipeline.sla.history import recent_windows
 
         for window in recent_windows(self._sla.history_dir, max(self._burn.horizons_ms)):
             self._burn.add(
@@ -646,7 +646,7 @@ class WindowSinks:
             )
 
     def _to_parquet(self, items: list[tuple[SlaWindow, bytes | None]], batch_id: int) -> None:
-        from pipeline.sla_history import HISTORY_SCHEMA
+        from pipeline.sla.history import HISTORY_SCHEMA
 
         write_parquet(
             self._sla.history_dir,
@@ -699,7 +699,7 @@ class JobSinks:
 
     One action per batch: Spark filters the result rows down to the late ones
     (window end − 1 ms at or before the watermark this batch drops late input
-    by, :func:`pipeline.sla.late_watermark`), and only the windows and those
+    by, :func:`pipeline.sla.logic.late_watermark`), and only the windows and those
     rows reach the driver.
     """
 
@@ -883,7 +883,7 @@ def run(
 ) -> RunSummary:
     """Run the SLA job until ``stop`` is set or, with ``until_idle_s``, input stops.
 
-    Raises :class:`~pipeline.sla.SlaJobError` when the query fails (the
+    Raises :class:`~pipeline.sla.logic.SlaJobError` when the query fails (the
     checkpoint keeps what it committed; a rerun resumes there).
 
     ``until_idle_s`` counts from the query's first progress report, then

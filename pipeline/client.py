@@ -13,10 +13,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from pipeline.codec import check_limits, describe_validation
-from pipeline.errors import ContractError, LimitExceeded, StackError
-from pipeline.kafka_check import kafka_python_client
-from pipeline.messages import (
+from pipeline.contract.codec import check_limits, describe_validation
+from pipeline.contract.messages import (
     GlossaryTerm,
     Headers,
     TextFormat,
@@ -24,10 +22,18 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
-from pipeline.replies import ReplyTopic
+from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.errors import ContractError, LimitExceeded, StackError
+from pipeline.kafka.check import kafka_python_client
+from pipeline.kafka.replies import ReplyTopic
+from pipeline.observability.tracing import (
+    SPAN_SUBMIT,
+    extract_context,
+    has_trace_context,
+    inject_headers,
+    tracer,
+)
 from pipeline.settings import KafkaSettings, LimitSettings, ReplySettings
-from pipeline.tracing import SPAN_SUBMIT, extract_context, has_trace_context, inject_headers, tracer
 
 log = logging.getLogger(__name__)
 

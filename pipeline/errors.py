@@ -1,7 +1,7 @@
 """Exception roots: every error the library raises on purpose derives from these.
 
 Each class carries the exit code the ``babelstream`` command line ends with
-when the error reaches it (``pipeline.cli`` prints one line, no traceback
+when the error reaches it (``pipeline.cli.main`` prints one line, no traceback
 unless ``--verbose``).
 """
 

@@ -18,11 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from pipeline.codec import RecordRef, Rejected, decode_request
-from pipeline.detect import Detection
-from pipeline.digest import content_digest
-from pipeline.fidelity.keys import fidelity_variant
-from pipeline.messages import (
+from pipeline.contract.codec import DeadLettered, RecordRef, decode_request
+from pipeline.contract.digest import request_digest
+from pipeline.contract.messages import (
     AUTO_LANGUAGE,
     DeadLetter,
     Headers,
@@ -31,36 +29,16 @@ from pipeline.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import DLQ_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.contract.pairs import DLQ_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.detect import Detection
+from pipeline.kafka.records import Outgoing
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Outgoing
 
 # Outgoing kinds: routed (to a work topic), dead_letter (to the DLQ), rejected (the error
 # result that tells a dead letter's sender), unsupported (the error result for a pair no
 # model serves)
 # BCP-47 "undetermined": the language of a rejected request whose tag is unusable
 UNDETERMINED = "und"
-
-
-def request_digest(
-    request: TranslationRequest, model_id: str, glossary_version: int | None = None
-) -> str:
-    """The digest that keys pair topics, windowed dedup and the caches.
-
-    ``glossary_version`` is the version of the request's named glossary the
-    worker will apply, so a changed glossary never serves a stale entry; the
-    router, which does not read glossaries, keys by name only (identical
-    requests still meet on one partition).
-    """
-    return content_digest(
-        model_id=model_id,
-        source_lang=request.source_lang,
-        target_lang=request.target_lang,
-        text=request.text,
-        tenant=request.tenant,
-        domain=request.domain,
-        variant=fidelity_variant(request, glossary_version),
-    )
 
 
 class Router:
@@ -93,7 +71,7 @@ class Router:
         """The records to produce for one ingress record, in order: exactly one, or a dead
         letter followed by the ``rejected`` error result for its sender."""
         decoded = decode_request(key, value, ref, self._limits)
-        if isinstance(decoded, Rejected):
+        if isinstance(decoded, DeadLettered):
             letter = decoded.dead_letter
             out = [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "dead_letter")]
             reply = rejection_result(value, letter, self._worker)
@@ -139,7 +117,7 @@ class Router:
 
 @functools.cache
 def _field_adapter(model: type[BaseModel], name: str) -> TypeAdapter[Any]:
-    # the messages' regexes need Python's engine (look-ahead), as in pipeline.messages
+    # the messages' regexes need Python's engine (look-ahead), as in pipeline.contract.messages
     return TypeAdapter(
         model.model_fields[name].rebuild_annotation(), config=ConfigDict(regex_engine="python-re")
     )

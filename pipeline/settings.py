@@ -34,8 +34,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pipeline.contract.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "BABELSTREAM_"
@@ -74,7 +74,7 @@ class KafkaSettings(_Section):
     replay_marker_partitions: int = Field(1, ge=1)
     # translate.quarantine (compacted): records no worker may process again
     quarantine_partitions: int = Field(1, ge=1)
-    # Security (pipeline/kafka_clients.py applies it to every client). SASL_SSL with
+    # Security (pipeline/kafka/clients.py applies it to every client). SASL_SSL with
     # SCRAM-SHA-512 is what `babelstream up --secure` serves; SSL alone authenticates
     # with a client certificate (ssl_certfile) when the listener asks for one.
     security_protocol: SecurityProtocol = "PLAINTEXT"
@@ -286,7 +286,7 @@ class WorkerSettings(_Section):
     l1_cache_size: int = Field(50_000, ge=0)
     # translations an agent's batches finished lately, by digest: they answer a batch that
     # looked the dedup window up before the batch that translated its text stored it there
-    # (pipeline.steps.engine.InFlightTexts)
+    # (pipeline.steps.translate.InFlightTexts)
     recent_translations: int = Field(4096, ge=1)
     # how long the dedup window (a changelog-backed Faust table) remembers a translation
     dedup_window_s: float = Field(300.0, gt=0)
@@ -336,7 +336,7 @@ class WorkerSettings(_Section):
     # a batch failing (and retried) for longer than this makes the worker not ready,
     # with the agent, attempts, exception class and first record on its readiness page
     stall_report_s: float = Field(30.0, gt=0)
-    # one heartbeat per worker to translate.ticks (pipeline.ticks.TickSource), so the SLA
+    # one heartbeat per worker to translate.ticks (pipeline.sla.ticks.TickSource), so the SLA
     # job's windows close while pairs are quiet; 0 disables it
     tick_interval_s: float = Field(5.0, ge=0)
 
@@ -641,8 +641,9 @@ class BatchingSettings(_Section):
     p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
     default_p95_ms: float = Field(1000.0, gt=0)
     # the adaptive controller's floor for max_wait and its ceiling for a micro-batch
+    # (worker.max_messages is the static micro-batch size without the controller)
     min_wait_s: float = Field(0.002, gt=0)
-    max_messages: int = Field(256, ge=1)
+    adaptive_max_messages: int = Field(256, ge=1)
     # With fair share, a lone tenant's round is its oldest held request and the ones
     # nearest to it in length among its next sort_window held requests, so engine calls
     # pad little (a request may overtake older ones of its tenant); 1: oldest first
@@ -829,6 +830,8 @@ RETIRED: dict[str, str] = {
     "(work topics are per model)",
     "BABELSTREAM_STACK__PAIRS": "removed in 0.2: `babelstream up` creates the work topics of "
     "every model in the registry",
+    "BABELSTREAM_BATCHING__MAX_MESSAGES": "renamed BABELSTREAM_BATCHING__ADAPTIVE_MAX_MESSAGES "
+    "in 0.2 (worker.max_messages is the static micro-batch size)",
 }
 
 

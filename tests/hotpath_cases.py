@@ -1,6 +1,6 @@
 """Batch-level cases of the translation hot path, run against two backends.
 
-One contract suite: ``tests/unit/test_hotpath.py`` runs every case with an
+One contract suite: ``tests/unit/steps/test_hotpath.py`` runs every case with an
 in-memory producer and Redis fake, ``tests/integration/test_hotpath_kafka.py``
 with a real Kafka producer and the real Redis of the local stack. The steps
 and the runner are the worker's own (``pipeline/steps/chains.py``); only
@@ -16,25 +16,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pipeline.cache import CachedTranslation, LruCache, RedisCache, TwoLevelCache
-from pipeline.cancel import CancelRegistry, cancels_for
+from pipeline.contract.digest import request_digest
+from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.contract.pairs import QUARANTINE_TOPIC, RESULTS_TOPIC, Pair, work_topic
+from pipeline.control.cancels import CancelRegistry, cancels_for
+from pipeline.control.priority import INTERACTIVE, PriorityGate
+from pipeline.control.quarantine import QuarantineRegistry, apply_record
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translation
-from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import QUARANTINE_TOPIC, RESULTS_TOPIC, Pair, work_topic
-from pipeline.quarantine import QuarantineRegistry, apply_record
-from pipeline.replies import ReplyTopicCheck
-from pipeline.routing import request_digest
-from pipeline.scheduling import INTERACTIVE, PriorityGate
+from pipeline.kafka.records import Outgoing, Record
+from pipeline.kafka.replies import ReplyTopicCheck
 from pipeline.settings import LimitSettings, WorkerSettings
-from pipeline.steps.base import Batch, Item, Outgoing, Record, RetryBudgetExhausted
+from pipeline.steps.base import Batch, Item, RetryBudgetExhausted
 from pipeline.steps.chains import translation_steps
-from pipeline.steps.engine import EngineRunner
 from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer
 from pipeline.steps.quota import Quotas
 from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.runner import BatchRunner, RetryHook, RetryPolicy
+from pipeline.steps.translate import EngineRunner
+from pipeline.storage.cache import CachedTranslation, LruCache, RedisCache, TwoLevelCache
 from workers.stats import WorkerStats
 
 PAIR = Pair("en", "en-XA")

@@ -26,9 +26,10 @@ import faust
 from faust.types import TP as FaustTP
 from faust.types import StreamT
 
-from pipeline import metrics
-from pipeline.cache import TwoLevelCache
-from pipeline.dashboard.server import SlaFeed
+from pipeline.contract.messages import SlaWindow
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.control.fairness import DeficitRoundRobin, FairRounds, RoundPace, lone_round_s
+from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
 from pipeline.detect import Detection
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import cost_of
@@ -36,24 +37,24 @@ from pipeline.engine.registry import ModelEntry
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
 from pipeline.errors import EXIT_TEMPFAIL
-from pipeline.fairness import DeficitRoundRobin, FairRounds, RoundPace, lone_round_s
 from pipeline.fidelity.service import FidelityService
-from pipeline.groups import AssignmentCheck
-from pipeline.kafka_clients import faust_app_options
-from pipeline.messages import SlaWindow
-from pipeline.offsets import Ticket, TopicPartition
-from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.kafka.clients import faust_app_options
+from pipeline.kafka.groups import AssignmentCheck
+from pipeline.kafka.offsets import Ticket, TopicPartition
+from pipeline.kafka.records import Outgoing
+from pipeline.observability import metrics
 from pipeline.routing import Router
-from pipeline.scheduling import BULK, INTERACTIVE, PriorityGate
 from pipeline.settings import Settings
-from pipeline.steps.base import Batch, Outgoing, RetryBudgetExhausted, TransientError
+from pipeline.sla.dashboard.server import SlaFeed
+from pipeline.sla.ticks import TickSource
+from pipeline.steps.base import Batch, RetryBudgetExhausted, TransientError
 from pipeline.steps.chains import routing_steps, translation_steps
-from pipeline.steps.engine import EngineRunner
 from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer
 from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.runner import BatchRunner, RetryPolicy
-from pipeline.ticks import TickSource
+from pipeline.steps.translate import EngineRunner
+from pipeline.storage.cache import TwoLevelCache
 from workers.control import Controls, Held, held_of
 from workers.dedup import FaustDedupWindow
 from workers.faust_adapter import (
@@ -508,7 +509,7 @@ def _add_model_agents(
         )
         shell.runners[topic_name] = runner
         # Take as much as the shape may ever ask for; the shell cuts it to the current size.
-        take = s.batching.max_messages if shaper.controller else shaper.knobs.max_messages
+        take = s.batching.adaptive_max_messages if shaper.controller else shaper.knobs.max_messages
         size = lambda shaper=shaper: shaper.knobs.max_messages  # noqa: E731 (read at each cut)
         round_s = lone_round_s(s.tenants.max_round_s, cost, budget)
         agent = (
@@ -589,7 +590,7 @@ def _fair_agent(
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
-    ``max_round_s`` bounds a lone tenant's rounds (:class:`~pipeline.fairness.RoundPace`);
+    ``max_round_s`` bounds a lone tenant's rounds (:class:`~pipeline.control.fairness.RoundPace`);
     ``sort_window`` lets them take requests of similar length rather than strictly the
     oldest, in tokens when ``count_tokens`` is given (counted off the event loop).
 

@@ -24,9 +24,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from pipeline.errors import BabelStreamError, ServiceUnavailable
-from pipeline.kafka_clients import admin_client
-from pipeline.pairs import (
+from pipeline.contract.pairs import (
     CANCEL_TOPIC,
     DLQ_TOPIC,
     QUARANTINE_TOPIC,
@@ -34,9 +32,11 @@ from pipeline.pairs import (
     RESULTS_TOPIC,
     TICKS_TOPIC,
 )
-from pipeline.reachability import kafka_unreachable, require_kafka
+from pipeline.errors import BabelStreamError, ServiceUnavailable
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.reachability import kafka_unreachable, require_kafka
+from pipeline.kafka.topics import TopicSpec, ensure_topics, model_topic_specs, topic_specs
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics, model_topic_specs, topic_specs
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ Every worker needs every cancel and every quarantined record (a request's
 partition in the work topics has nothing to do with its cancel's partition),
 so the feed is a plain aiokafka consumer with no group, assigned all of
 ``translate.cancel`` and ``translate.quarantine`` from their start, feeding
-the pure :class:`~pipeline.cancel.CancelRegistry` and
-:class:`~pipeline.quarantine.QuarantineRegistry`. The
-reply-topic listing backs :class:`~pipeline.replies.ReplyTopicCheck`.
+the pure :class:`~pipeline.control.cancels.CancelRegistry` and
+:class:`~pipeline.control.quarantine.QuarantineRegistry`. The
+reply-topic listing backs :class:`~pipeline.kafka.replies.ReplyTopicCheck`.
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ from aiokafka.admin import AIOKafkaAdminClient
 from faust.types import EventT
 from kafka import KafkaProducer
 
-from pipeline import metrics
-from pipeline.cancel import CancelRegistry
-from pipeline.cancel import apply_record as apply_cancel
-from pipeline.fairness import tenant_label
-from pipeline.kafka_clients import aiokafka_options, kafka_python_options
-from pipeline.offsets import Ticket
-from pipeline.pairs import CANCEL_TOPIC, QUARANTINE_TOPIC, Pair
-from pipeline.quarantine import QuarantineRegistry
-from pipeline.quarantine import apply_record as apply_quarantine
-from pipeline.quota import QuotaLimiter
-from pipeline.replies import ReplyTopicCheck
+from pipeline.contract.messages import tenant_label
+from pipeline.contract.pairs import CANCEL_TOPIC, QUARANTINE_TOPIC, Pair
+from pipeline.control.cancels import CancelRegistry
+from pipeline.control.cancels import apply_record as apply_cancel
+from pipeline.control.quarantine import QuarantineRegistry
+from pipeline.control.quarantine import apply_record as apply_quarantine
+from pipeline.control.quotas import QuotaLimiter
+from pipeline.kafka.clients import aiokafka_options, kafka_python_options
+from pipeline.kafka.offsets import Ticket
+from pipeline.kafka.records import Outgoing
+from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.observability import metrics
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.steps.base import Outgoing
 from pipeline.steps.replies import ReplyCopies
 
 log = logging.getLogger(__name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline.cache import CachedTranslation
 from pipeline.steps.base import Item
+from pipeline.storage.cache import CachedTranslation
 from workers.faust_adapter import Event, as_current_event
 
 

@@ -5,7 +5,7 @@ dedup tables and the web server. Four things the worker needs are not public
 API, and each use is here, with why:
 
 * committing chosen offsets (``Consumer._commit``): the worker keeps its own
-  offset book (``pipeline/offsets.py``) because Faust's acking can skip or
+  offset book (``pipeline/kafka/offsets.py``) because Faust's acking can skip or
   stall around rebalances; Faust's own acking is off for the topics we consume;
 * the current event of a table write (``faust.streams._current_event``): a
   table writes its changelog to the partition of the *current event*, which in
@@ -41,10 +41,10 @@ from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TP, EventT, StreamT
 
+from pipeline.contract.messages import Headers
 from pipeline.errors import EXIT_TEMPFAIL
-from pipeline.messages import Headers
-from pipeline.offsets import TopicPartition
-from pipeline.steps.base import Record
+from pipeline.kafka.offsets import TopicPartition
+from pipeline.kafka.records import Record
 
 log = logging.getLogger(__name__)
 

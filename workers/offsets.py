@@ -1,6 +1,6 @@
 """The worker's offset book, connected to its Faust consumer.
 
-``admit`` filters each fetched batch through :class:`~pipeline.offsets.OffsetLedger`
+``admit`` filters each fetched batch through :class:`~pipeline.kafka.offsets.OffsetLedger`
 (contiguous per partition, starting at the group's committed offset; a skip
 is sought back), ``done`` marks a batch's records finished once their outputs
 are acknowledged, and a background task commits the positions that moved.
@@ -21,8 +21,9 @@ import faust
 from faust.types import TP
 from kafka import KafkaAdminClient, KafkaConsumer
 
-from pipeline.kafka_clients import admin_client, kafka_python_options
-from pipeline.offsets import OffsetLedger, Ticket, TopicPartition, Verdict
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import kafka_python_options
+from pipeline.kafka.offsets import OffsetLedger, Ticket, TopicPartition, Verdict
 from pipeline.settings import KafkaSettings
 from workers.faust_adapter import Event, commit_offsets, tp_of
 

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import faust
 
-from pipeline.steps.base import Outgoing, TransientError
+from pipeline.kafka.records import Outgoing
+from pipeline.steps.base import TransientError
 
 
 class FaustProducer:

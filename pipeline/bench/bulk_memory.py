@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.bench.workload import bulk_run_command
+from pipeline.contract.pairs import Pair
 from pipeline.demo_model.sentences import SentenceGenerator
-from pipeline.pairs import Pair
 
 MB = 1 << 20
 # how often the child's high-water mark is read

@@ -30,12 +30,12 @@ from pipeline.bench.naive import NAIVE_TOPIC
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
 from pipeline.client import RequestOptions, build_requests
+from pipeline.contract.messages import TranslationRequest
 from pipeline.errors import EngineError
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import TranslationRequest
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import Settings
-from pipeline.stack.topics import TopicSpec, ensure_topics
+from pipeline.stack.local_worker import WorkerProcess
 
 
 def fresh_requests(texts: Sequence[str], target: BenchTarget) -> list[TranslationRequest]:

@@ -30,9 +30,9 @@ from pipeline.client import (
     TranslationClient,
     build_requests,
 )
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.contract.pairs import RESULTS_TOPIC
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 
 def steady_load(settings: Settings, n: int, rate: float, seed: int) -> LoadReport:

@@ -32,9 +32,9 @@ from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget
 from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
-from pipeline.local_worker import WorkerProcess
-from pipeline.redis_client import redis_client
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import WorkerProcess
+from pipeline.storage.redis import redis_client
 
 LOAD_DEADLINE_MS = 600_000
 

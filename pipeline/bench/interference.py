@@ -25,11 +25,11 @@ from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import BenchTarget, wait_drained
 from pipeline.bench.workload import bulk_run_command, make_texts
 from pipeline.bulk.state import JobState
+from pipeline.contract.pairs import bulk_work_topic
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.errors import EngineError
-from pipeline.local_worker import WorkerProcess
-from pipeline.pairs import bulk_work_topic
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import WorkerProcess
 
 
 def make_documents(n: int, seed: int = 11) -> list[str]:

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient
-from pipeline.messages import TranslationRequest, now_ms
-from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC
-from pipeline.progress import progress_bar
+from pipeline.contract.messages import TranslationRequest, now_ms
+from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC
+from pipeline.observability.progress import progress_bar
 from pipeline.settings import KafkaSettings
 
 

@@ -31,9 +31,9 @@ import numpy as np
 import sentencepiece
 import yaml
 
+from pipeline.contract.pairs import Pair
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.registry import PairEntry, Registry, models_of
-from pipeline.pairs import Pair
 
 BENCH_PAIR = Pair("en", "en-XB")
 REGISTRY_HEADER = (

@@ -15,10 +15,10 @@ import time
 import click
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from pipeline.contract.messages import TranslationRequest, TranslationResult, now_ms
+from pipeline.contract.pairs import RESULTS_TOPIC
 from pipeline.engine.translator import CTranslate2Translator
-from pipeline.kafka_clients import kafka_python_options
-from pipeline.messages import TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import load_settings
 
 # each bench run consumes a topic of its own: NAIVE_TOPIC.<run id>

@@ -37,11 +37,11 @@ from pipeline.bench.model import synthetic_languages
 from pipeline.bench.report import LoadFigures
 from pipeline.bench.target import refuse_if_served
 from pipeline.client import RequestOptions, build_requests
+from pipeline.contract.messages import TranslationRequest
+from pipeline.contract.pairs import WORK_PREFIX, Pair
 from pipeline.engine.registry import PairEntry, Registry
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import TranslationRequest
-from pipeline.pairs import WORK_PREFIX, Pair
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import WorkerProcess
 
 
 @dataclass(frozen=True)

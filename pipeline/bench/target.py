@@ -15,13 +15,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.errors import ConfigError
-from pipeline.groups import consumer_groups, serving
-from pipeline.local_worker import WorkerProcess
-from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
+from pipeline.kafka.groups import consumer_groups, serving
+from pipeline.kafka.topics import ensure_topics, model_topic_specs
 from pipeline.settings import KafkaSettings, Settings
-from pipeline.stack.topics import ensure_topics, model_topic_specs
+from pipeline.stack.local_worker import WorkerProcess
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import random
 import sys
 from pathlib import Path
 
+from pipeline.contract.pairs import Pair
 from pipeline.demo_model.sentences import SentenceGenerator
-from pipeline.pairs import Pair
 
 
 def make_texts(n: int, repeat_ratio: float, seed: int = 1) -> list[str]:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.bulk import BulkInputError
-from pipeline.messages import TranslationRequest
-from pipeline.pairs import Pair
-from pipeline.routing import request_digest
+from pipeline.contract.digest import request_digest
+from pipeline.contract.messages import TranslationRequest
+from pipeline.contract.pairs import Pair
 
 JOB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_WIRE_ID = 128
@@ -106,7 +106,7 @@ class RequestTemplate:
     timeout_ms: int
     tenant: str | None = None
     domain: str | None = None
-    # the job's own results topic (see pipeline.replies)
+    # the job's own results topic (see pipeline.kafka.replies)
     reply_to: str | None = None
     text_format: str = "text"
     glossary: str | None = None

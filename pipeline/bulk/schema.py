@@ -1,7 +1,7 @@
 """Arrow schemas of bulk files; ``schemas/bulk_output.arrow.json`` is exported from here.
 
 The output of a bulk job (CLI or Spark) is the input's columns followed by
-:data:`OUTPUT_FIELDS`. ``tests/unit/test_bulk_schema.py`` checks that the
+:data:`OUTPUT_FIELDS`. ``tests/unit/bulk/test_bulk_schema.py`` checks that the
 exported file matches these definitions.
 """
 

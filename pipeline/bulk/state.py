@@ -27,7 +27,7 @@ from pipeline.bulk import BulkError, BulkInputError
 from pipeline.bulk.assemble import SegmentOutcome
 from pipeline.bulk.plan import SegmentTask
 from pipeline.bulk.requests import check_job_id, text_digest
-from pipeline.messages import TranslationResult, now_ms
+from pipeline.contract.messages import TranslationResult, now_ms
 
 MANIFEST = "manifest.json"
 RESULTS = "results.sqlite"

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from pipeline.bulk import BulkError
 from pipeline.client import reliable_producer
-from pipeline.kafka_check import kafka_python_client
-from pipeline.messages import TranslationResult
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.contract.messages import TranslationResult
+from pipeline.contract.pairs import RESULTS_TOPIC
+from pipeline.kafka.check import kafka_python_client
 from pipeline.settings import KafkaSettings
 
 log = logging.getLogger(__name__)

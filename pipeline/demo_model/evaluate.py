@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from pipeline.contract.pairs import Pair
 from pipeline.demo_model import (
     DEMO_MODEL_ID,
     DEMO_PAIRS,
@@ -28,7 +29,6 @@ from pipeline.demo_model.sentences import heldout_sentences, heldout_with_placeh
 from pipeline.engine.registry import PairEntry
 from pipeline.engine.translator import CTranslate2Translator
 from pipeline.errors import missing_extra
-from pipeline.pairs import Pair
 
 CHRF_BAR = 95.0
 HELDOUT_SIZE = 500

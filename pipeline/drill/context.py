@@ -27,15 +27,15 @@ from kafka.errors import KafkaError
 from kafka.partitioner.default import murmur2
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.drill.network import DrillGroup, NetworkCut, cut_unavailable
 from pipeline.drill.sla_job import SlaJob
 from pipeline.engine.registry import Registry
 from pipeline.errors import BabelStreamError, StackError
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
+from pipeline.kafka.check import admin_client
 from pipeline.settings import DrillSettings, KafkaSettings, Settings
 from pipeline.stack import layout, manager
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.stack.procs import PidFile, is_alive
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,10 @@ import numpy as np
 from kafka import KafkaConsumer, TopicPartition
 from pydantic import ValidationError
 
-from pipeline.kafka_clients import admin_client, kafka_python_options
-from pipeline.messages import TranslationResult, now_ms
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.contract.messages import TranslationResult, now_ms
+from pipeline.contract.pairs import RESULTS_TOPIC
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import KafkaSettings
 
 

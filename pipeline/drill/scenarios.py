@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.contract.messages import TranslationResult, now_ms
+from pipeline.contract.pairs import REQUESTS_TOPIC
 from pipeline.drill.context import (
     DrillContext,
     DrillTimeout,
@@ -52,8 +54,6 @@ from pipeline.drill.reconcile import (
 from pipeline.drill.sla_job import SlaJob, WindowCheck, check_windows
 from pipeline.drill.traffic import PacedTraffic
 from pipeline.errors import BabelStreamError
-from pipeline.messages import TranslationResult, now_ms
-from pipeline.pairs import REQUESTS_TOPIC
 from pipeline.stack import manager
 
 

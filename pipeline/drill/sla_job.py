@@ -24,10 +24,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from pipeline.contract.messages import SlaWindow
+from pipeline.contract.pairs import SLA_TOPIC
 from pipeline.drill.reconcile import TopicFollower
 from pipeline.errors import BabelStreamError
-from pipeline.messages import SlaWindow
-from pipeline.pairs import SLA_TOPIC
 from pipeline.settings import DrillSettings, KafkaSettings
 
 # logged by jobs.sla at INFO (-v) after every micro-batch

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from kafka.errors import KafkaError
 
 from pipeline.client import reliable_producer
-from pipeline.messages import TranslationRequest, now_ms
-from pipeline.pairs import REQUESTS_TOPIC, Pair
+from pipeline.contract.messages import TranslationRequest, now_ms
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair
 from pipeline.settings import KafkaSettings
 
 

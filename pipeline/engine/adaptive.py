@@ -34,7 +34,7 @@ and plan (:class:`BatchingKnobs`: ``max_wait_s``, ``max_messages``,
 ``max_wait`` stays at its minimum in both modes. On a single engine,
 requests that arrive while it computes are taken together by the next take
 anyway, so waiting for company only adds latency: in the simulated queue of
-``tests/unit/test_engine_adaptive.py`` a wait of a tenth of the objective
+``tests/unit/engine/test_engine_adaptive.py`` a wait of a tenth of the objective
 raised P95 by 10-35% at every load tried (5 to 90 requests/s, up to
 saturation). The knob is kept (and reported) because a take's wait is where Kafka's
 own fetch latency hides; the controller only sets it to its floor.
@@ -102,6 +102,21 @@ class ControllerState:
     arrivals_per_s: float = 0.0
     # measured engine time over the cost model's estimate (1.0: the model is right)
     cost_correction: float = 1.0
+
+
+def state_values(state: ControllerState) -> dict[str, float]:
+    """The controller's state as named numbers (``babelstream_batching_knob``)."""
+    return {
+        "max_wait_seconds": state.knobs.max_wait_s,
+        "max_messages": state.knobs.max_messages,
+        "token_budget": state.knobs.token_budget,
+        "throughput_mode": 1.0 if state.mode == THROUGHPUT else 0.0,
+        "latency_share": state.latency_share,
+        "queue_delay_seconds": state.queue_delay_s,
+        "service_seconds": state.service_s,
+        "arrivals_per_second": state.arrivals_per_s,
+        "cost_correction": state.cost_correction,
+    }
 
 
 class AdaptiveBatching:

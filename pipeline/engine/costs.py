@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.pairs import Pair
+from pipeline.contract.pairs import Pair
 
 # Shapes (sequences, tokens each) timed by :func:`calibrate`: short and long
 # calls, single sequences and batches, so all three coefficients are visible.

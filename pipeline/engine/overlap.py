@@ -9,7 +9,7 @@
   side.
 
 Neither is the loop's default executor; Redis calls have their own
-(:class:`pipeline.cache.TwoLevelCache`).
+(:class:`pipeline.storage.cache.TwoLevelCache`).
 
 :meth:`EngineLane.run_plan` runs a :class:`~pipeline.engine.batching.BatchPlan`
 as a pipeline (read-ahead, as CTranslate2's own ``translate_iterable``
@@ -32,9 +32,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
+from pipeline.contract.pairs import Pair
 from pipeline.engine.batching import BatchPlan, SubBatch, TokenBudgetBatcher
 from pipeline.engine.translator import Translation, Translator
-from pipeline.pairs import Pair
 
 T = TypeVar("T")
 P = TypeVar("P", bound="Counted")

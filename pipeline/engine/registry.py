@@ -58,8 +58,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pipeline.contract.pairs import Pair, check_model_id
 from pipeline.errors import ConfigError, ContractError
-from pipeline.pairs import Pair, check_model_id
 
 COMPUTE_TYPES: frozenset[str] = frozenset(
     {
@@ -717,3 +717,12 @@ def _rel(path: Path, base: Path) -> str:
 def _toml_str(value: str) -> str:
     # A JSON string is a valid TOML basic string.
     return json.dumps(value, ensure_ascii=False)
+
+
+def registry_models(path: Path) -> list[str]:
+    """The model ids of the registry at ``path`` (none when it cannot be read: the worker
+    says why, and creates its models' topics itself)."""
+    try:
+        return sorted(Registry.load(path).models)
+    except ConfigError:
+        return []

@@ -8,7 +8,7 @@ after a micro-batch what happened. It serves:
   ``max_wait_s``, ``token_budget``), or, with ``batching.adaptive``, with the
   knobs of an :class:`~pipeline.engine.adaptive.AdaptiveBatching` controller
   fed by each micro-batch and by the SLA job's windows of the model's pairs
-  (:meth:`BatchShaper.add` takes an :class:`~pipeline.messages.SlaWindow`, so
+  (:meth:`BatchShaper.add` takes an :class:`~pipeline.contract.messages.SlaWindow`, so
   a shaper is a sink for the dashboard's ``SlaFollower``);
 * bulk work with its own static size and budget, and every bulk call cut so
   its estimated time stays within ``batching.bulk_max_call_s`` (a running
@@ -22,13 +22,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from pipeline import metrics
-from pipeline.engine.adaptive import AdaptiveBatching, BatchingKnobs, ControllerLimits
+from pipeline.contract.messages import SlaWindow
+from pipeline.contract.pairs import Pair
+from pipeline.engine.adaptive import (
+    AdaptiveBatching,
+    BatchingKnobs,
+    ControllerLimits,
+    state_values,
+)
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import CostModel
 from pipeline.errors import ContractError
-from pipeline.messages import SlaWindow
-from pipeline.pairs import Pair
+from pipeline.observability import metrics
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -71,10 +76,10 @@ class BatchShaper:
                 default=b.default_p95_ms,
             )
             limits = ControllerLimits(
-                p95_ms=objective, min_wait_s=b.min_wait_s, max_messages=b.max_messages
+                p95_ms=objective, min_wait_s=b.min_wait_s, max_messages=b.adaptive_max_messages
             )
             self.controller = AdaptiveBatching(limits, cost, replicas=replicas)
-            metrics.set_batching_state(model, self.controller.state)
+            metrics.set_batching_knobs(model, state_values(self.controller.state))
         self._lag: int | None = None
         self._lag_growing = False
 
@@ -132,7 +137,7 @@ class BatchShaper:
                 state.arrivals_per_s,
                 state.knobs.max_messages,
             )
-        metrics.set_batching_state(self.model, state)
+        metrics.set_batching_knobs(self.model, state_values(state))
 
     def lag(self, records: int) -> None:
         """The work topic's consumer lag, sampled (whether a backlog is building)."""
@@ -150,4 +155,4 @@ class BatchShaper:
         if not self._serves(pair):
             return
         self.controller.observe_window(window.p95_ms, window.count, lag_growing=self._lag_growing)
-        metrics.set_batching_state(self.model, self.controller.state)
+        metrics.set_batching_knobs(self.model, state_values(self.controller.state))

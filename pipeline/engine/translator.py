@@ -57,9 +57,9 @@ import ctranslate2
 import numpy as np
 import sentencepiece
 
-from pipeline import metrics
+from pipeline.contract.digest import files_fingerprint
+from pipeline.contract.pairs import Pair
 from pipeline.demo_model.sentences import SentenceGenerator
-from pipeline.digest import files_fingerprint
 from pipeline.engine.costs import DEFAULT_COST, CostModel
 from pipeline.engine.profile import (
     EngineProfile,
@@ -71,7 +71,7 @@ from pipeline.engine.profile import (
 from pipeline.engine.registry import ModelEntry, PairEntry, Registry, check_compute_type, models_of
 from pipeline.engine.segment import Piece, split_text
 from pipeline.errors import ConfigError, EngineError
-from pipeline.pairs import Pair
+from pipeline.observability import metrics
 
 if TYPE_CHECKING:
     from pipeline.settings import EngineSettings

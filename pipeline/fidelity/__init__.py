@@ -14,10 +14,9 @@ fidelity verdict. The submodules are pure (no Kafka, no Redis, no engine):
 * :mod:`~pipeline.fidelity.quality` — output checks before publishing;
 * :mod:`~pipeline.fidelity.align` — placeholders put back by attention;
 * :mod:`~pipeline.fidelity.prepare` / :mod:`~pipeline.fidelity.restore` — the two halves;
-* :mod:`~pipeline.fidelity.keys` — the digest part of the fidelity options.
 
 Around them: :mod:`~pipeline.fidelity.store` (glossaries in Redis, a worker's
-copy), :mod:`~pipeline.fidelity.engine` (running restorations against a
+copy), :mod:`~pipeline.fidelity.drive` (running restorations against a
 translator) and :mod:`~pipeline.fidelity.service` (what a worker calls).
 
 Nothing here is imported at package import time: the demo model's training

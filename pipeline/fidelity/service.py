@@ -23,17 +23,16 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.contract.digest import request_digest
+from pipeline.contract.messages import TranslationRequest, tenant_label
+from pipeline.contract.pairs import Pair
 from pipeline.engine.translator import Translator
-from pipeline.fairness import tenant_label
-from pipeline.fidelity.engine import TranslatorEngine, drive
+from pipeline.fidelity.drive import TranslatorEngine, drive
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.fidelity.markup import BadMarkup
 from pipeline.fidelity.prepare import FidelityConfig, Prepared, prepare
 from pipeline.fidelity.restore import Failed, Restoration, Restored
 from pipeline.fidelity.store import GlossaryCache, GlossaryStore
-from pipeline.messages import TranslationRequest
-from pipeline.pairs import Pair
-from pipeline.routing import request_digest
 from pipeline.settings import Settings
 
 

@@ -29,8 +29,8 @@ import redis
 
 from pipeline.errors import EXIT_USAGE, BabelStreamError
 from pipeline.fidelity.glossary import Glossary, Term
-from pipeline.redis_client import redis_client
 from pipeline.settings import RedisSettings
+from pipeline.storage.redis import redis_client
 
 
 class GlossaryError(BabelStreamError):

@@ -24,6 +24,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from pipeline.contract.messages import Headers
 from pipeline.gateway.calls import (
     EXTENSIONS,
     FORMATS,
@@ -36,7 +37,6 @@ from pipeline.gateway.calls import (
 from pipeline.gateway.files import FileJobs
 from pipeline.gateway.languages import display_name
 from pipeline.gateway.service import TRACE_HEADERS, Gateway
-from pipeline.messages import Headers
 from pipeline.settings import Settings
 
 EXTENSION: dict[str, Any] = {"x-babelstream-extension": True}

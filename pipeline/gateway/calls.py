@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
+from pipeline.contract.messages import GlossaryTerm, TextFormat, TranslationResult
 from pipeline.gateway.languages import Languages, display_name
-from pipeline.messages import GlossaryTerm, TextFormat, TranslationResult
 from pipeline.settings import GatewaySettings
 
 AUTO = "auto"

@@ -25,10 +25,10 @@ from starlette.datastructures import UploadFile
 from pipeline.bulk import BulkError
 from pipeline.bulk.readers import CorpusReader
 from pipeline.bulk.runner import JobSpec, run_job
+from pipeline.contract.pairs import Pair
 from pipeline.gateway.calls import ApiError, missing, not_supported
 from pipeline.gateway.languages import display_name
 from pipeline.gateway.link import FILE_JOB_PREFIX
-from pipeline.pairs import Pair
 from pipeline.settings import Settings
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ import redis
 import redis.asyncio
 from cachetools import TTLCache
 
+from pipeline.contract.messages import now_ms
 from pipeline.errors import EXIT_USAGE, BabelStreamError
-from pipeline.messages import now_ms
 
 KEY_PREFIX = "bs_"
 ID_LENGTH = 12

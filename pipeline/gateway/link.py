@@ -33,12 +33,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from pipeline.contract.messages import Headers, TranslationRequest, TranslationResult
+from pipeline.contract.pairs import REQUESTS_TOPIC
 from pipeline.gateway.store import ResultStore
-from pipeline.kafka_clients import aiokafka_options
-from pipeline.messages import Headers, TranslationRequest, TranslationResult
-from pipeline.pairs import REQUESTS_TOPIC
-from pipeline.reachability import split_address
-from pipeline.replies import ReplyTopic
+from pipeline.kafka.clients import aiokafka_options
+from pipeline.kafka.reachability import split_address
+from pipeline.kafka.replies import ReplyTopic
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)

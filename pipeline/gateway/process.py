@@ -15,8 +15,8 @@ from types import TracebackType
 from typing import Any
 
 from pipeline.errors import BabelStreamError
-from pipeline.local_worker import free_port
 from pipeline.settings import Settings
+from pipeline.stack.local_worker import free_port
 
 
 class GatewayNotReady(BabelStreamError):

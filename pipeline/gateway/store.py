@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 import redis.asyncio
 from pydantic import ValidationError
 
-from pipeline.messages import TranslationResult
+from pipeline.contract.messages import TranslationResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from pipeline.errors import StackError
-from pipeline.kafka_clients import kafka_logs_silenced, kafka_python_options
+from pipeline.kafka.clients import kafka_logs_silenced, kafka_python_options
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
 from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports
@@ -57,7 +57,7 @@ def render_server_properties(
         "log.dirs": str(log_dir),
         "num.partitions": "4",
         # As in production (deploy/k8s): every topic is created with its configs
-        # (pipeline/stack/topics.py). aiokafka's metadata requests always ask for
+        # (pipeline/kafka/topics.py). aiokafka's metadata requests always ask for
         # auto-creation, so with it on a worker's producer re-creates a reply topic
         # its caller has just deleted.
         "auto.create.topics.enable": "false",

@@ -7,7 +7,9 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
+from pipeline.engine.registry import registry_models
 from pipeline.errors import StackError, StackSettingsError
+from pipeline.kafka.topics import ensure_topics, topic_specs
 from pipeline.settings import Settings
 from pipeline.stack import layout
 from pipeline.stack.kafka import KafkaService
@@ -24,7 +26,6 @@ from pipeline.stack.redis import RedisService
 from pipeline.stack.secure import ensure_secure_material
 from pipeline.stack.service import Probe, Reporter, Service, quiet
 from pipeline.stack.spark import spark_services
-from pipeline.stack.topics import ensure_topics, topic_specs
 
 _POLL_S = 0.5
 
@@ -210,7 +211,7 @@ def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     """Start whatever is not running, wait until healthy, create topics (idempotent)."""
     start_services(settings, report)
     clients = layout.client_settings(settings)
-    specs = topic_specs(clients)
+    specs = topic_specs(clients, registry_models(clients.engine.registry))
     ensured = ensure_topics(clients.kafka, specs)
     report(
         f"topics: {len(ensured.created)} created, "

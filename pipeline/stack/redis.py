@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 from pipeline.errors import StackError
-from pipeline.redis_client import redis_options
 from pipeline.settings import RedisSettings, Settings
 from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
+from pipeline.storage.redis import redis_options
 
 HOST = "127.0.0.1"
 INSTALL_HINT = "install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)"

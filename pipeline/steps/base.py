@@ -27,17 +27,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pipeline.errors import EXIT_TEMPFAIL, BabelStreamError
-from pipeline.messages import (
+from pipeline.contract.messages import (
     CacheLevel,
     DeadLetter,
-    Headers,
     Status,
     TranslationRequest,
     TranslationResult,
     now_ms,
 )
-from pipeline.pairs import RESULTS_TOPIC
+from pipeline.errors import EXIT_TEMPFAIL, BabelStreamError
+from pipeline.kafka.records import Outgoing, Record
 
 # how often a step waiting for a control feed looks again
 READY_POLL_S = 0.05
@@ -45,8 +44,8 @@ READY_POLL_S = 0.05
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from pipeline.cache import CachedTranslation
     from pipeline.fidelity.glossary import Glossary
+    from pipeline.storage.cache import CachedTranslation
 
 
 class TransientError(BabelStreamError):
@@ -57,47 +56,6 @@ class RetryBudgetExhausted(BabelStreamError):
     """Transient faults outlasted the retry budget: the worker must exit and rebalance."""
 
     exit_code = EXIT_TEMPFAIL
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One Kafka record as consumed: where it came from and its raw bytes."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One record to produce; ``kind`` says what it is, for metrics (result, dead_letter,
-    routed, unsupported, rejected); ``reply_to``: the reply topic a result is copied to
-    after it is published (see :mod:`pipeline.steps.replies`)."""
-
-    topic: str
-    key: bytes | None
-    # None: a tombstone (compacted control topics)
-    value: bytes | None
-    headers: Headers
-    kind: str = "result"
-    reply_to: str | None = None
-
-    @classmethod
-    def for_result(
-        cls,
-        result: TranslationResult,
-        headers: Headers,
-        kind: str = "result",
-        reply_to: str | None = None,
-    ) -> Outgoing:
-        """A result: keyed by request id, on the shared results topic (every consumer of
-        results, the SLA job first, reads them there), copied to ``reply_to`` if given."""
-        return cls(
-            RESULTS_TOPIC, result.request_id.encode(), result.to_json(), headers, kind, reply_to
-        )
 
 
 @dataclass(slots=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pipeline.cache import TwoLevelCache
 from pipeline.steps.base import Batch
+from pipeline.storage.cache import TwoLevelCache
 
 
 class CacheLookup:

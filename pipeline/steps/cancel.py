@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipeline.messages import CancelRequest, TranslationRequest
-from pipeline.pairs import CANCEL_TOPIC
+from pipeline.contract.messages import CancelRequest, TranslationRequest
+from pipeline.contract.pairs import CANCEL_TOPIC
 from pipeline.steps.base import Batch, wait_until_read
 
 
 class CancelLookup(Protocol):
-    """The cancels a worker knows (:class:`pipeline.cancel.CancelRegistry`)."""
+    """The cancels a worker knows (:class:`pipeline.control.cancels.CancelRegistry`)."""
 
     @property
     def ready(self) -> bool:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.cache import TwoLevelCache
+from pipeline.contract.pairs import Pair
 from pipeline.fidelity.service import FidelityService
-from pipeline.pairs import Pair
 from pipeline.routing import Router
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Step
@@ -16,7 +15,6 @@ from pipeline.steps.deadline import Deadline
 from pipeline.steps.decode import Decode
 from pipeline.steps.dedup import InBatchDedup
 from pipeline.steps.emit import Emit
-from pipeline.steps.engine import EngineRunner, Translate
 from pipeline.steps.fidelity import ApplyGlossary, TranslateFaithfully
 from pipeline.steps.handoff import HandOff
 from pipeline.steps.isolation import Chain
@@ -29,7 +27,9 @@ from pipeline.steps.resolve import Resolve
 from pipeline.steps.route import Route
 from pipeline.steps.store import Store
 from pipeline.steps.trace import CloseSpans, OpenSpans
+from pipeline.steps.translate import EngineRunner, Translate
 from pipeline.steps.window import DedupWindow, WindowLookup
+from pipeline.storage.cache import TwoLevelCache
 
 
 def translation_steps(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pipeline.codec import Accepted, RecordRef, dead_letter, decode_request
-from pipeline.pairs import Pair
-from pipeline.routing import request_digest
+from pipeline.contract.codec import Accepted, RecordRef, dead_letter, decode_request
+from pipeline.contract.digest import request_digest
+from pipeline.contract.pairs import Pair
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Batch
 

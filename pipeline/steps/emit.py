@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pipeline.messages import Headers
-from pipeline.pairs import DLQ_TOPIC
-from pipeline.steps.base import Batch, Item, Outgoing
-from pipeline.tracing import inject_headers
+from pipeline.contract.messages import Headers
+from pipeline.contract.pairs import DLQ_TOPIC
+from pipeline.kafka.records import Outgoing
+from pipeline.observability.tracing import inject_headers
+from pipeline.steps.base import Batch, Item
 
 
 class Emit:

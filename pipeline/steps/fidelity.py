@@ -9,16 +9,15 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 
-from pipeline.cache import CachedTranslation
+from pipeline.contract.pairs import Pair
 from pipeline.engine.translator import Translation
-from pipeline.fidelity.engine import VocabularyAware, drive
+from pipeline.fidelity.drive import VocabularyAware, drive
 from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
 from pipeline.fidelity.store import GlossaryUnavailable
-from pipeline.pairs import Pair
 from pipeline.steps.base import Batch, BatchStats, Item, TransientError
-from pipeline.steps.engine import EngineRunner, InFlightTexts
-from pipeline.steps.engine import Rejected as EngineRejected
+from pipeline.steps.translate import EngineRejected, EngineRunner, InFlightTexts
+from pipeline.storage.cache import CachedTranslation
 
 
 class ApplyGlossary:
@@ -56,7 +55,7 @@ class TranslateFaithfully:
 
     Reads: ``request`` and ``glossary`` of unanswered leaders. Sets:
     ``translation`` (cache level ``miss``, or ``window`` for a text an earlier
-    batch in flight was translating, :class:`~pipeline.steps.engine.InFlightTexts`;
+    batch in flight was translating, :class:`~pipeline.steps.translate.InFlightTexts`;
     its ``extra`` holds the fidelity verdict, glossary hits and version) or ``error`` with reason
     ``bad_markup``, ``bad_output`` or ``engine_rejected``. Raises:
     :class:`TransientError` when the engine as a whole fails. All segments of

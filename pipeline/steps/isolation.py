@@ -33,18 +33,19 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from pipeline import metrics
-from pipeline.codec import Accepted, RecordRef, dead_letter, decode_request, encode_bytes
-from pipeline.messages import (
+from pipeline.contract.codec import Accepted, RecordRef, dead_letter, decode_request, encode_bytes
+from pipeline.contract.messages import (
     DeadLetterReason,
     QuarantineRecord,
     TranslationRequest,
     now_ms,
     record_id,
 )
-from pipeline.pairs import QUARANTINE_TOPIC, Pair
+from pipeline.contract.pairs import QUARANTINE_TOPIC, Pair
+from pipeline.kafka.records import Outgoing, Record
+from pipeline.observability import metrics
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, Outgoing, Record, Step, TransientError, runs_in_canary
+from pipeline.steps.base import Batch, Step, TransientError, runs_in_canary
 from pipeline.steps.publish import Producer
 from pipeline.steps.quarantine import QuarantineLookup
 from pipeline.steps.trace import abandon_spans

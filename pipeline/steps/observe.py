@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import ClassVar, Protocol
 
-from pipeline import metrics
+from pipeline.observability import metrics
 from pipeline.steps.base import Batch, BatchStats
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
-from pipeline.steps.base import Batch, Outgoing
+from pipeline.kafka.records import Outgoing
+from pipeline.steps.base import Batch
 
 
 class Producer(Protocol):

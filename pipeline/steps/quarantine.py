@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipeline.codec import Accepted, RecordRef, dead_letter, decode_request
-from pipeline.messages import QuarantineRecord, record_id
-from pipeline.pairs import QUARANTINE_TOPIC
+from pipeline.contract.codec import Accepted, RecordRef, dead_letter, decode_request
+from pipeline.contract.messages import QuarantineRecord, record_id
+from pipeline.contract.pairs import QUARANTINE_TOPIC
 from pipeline.settings import LimitSettings
 from pipeline.steps.base import Batch, wait_until_read
 
 
 class QuarantineLookup(Protocol):
-    """The quarantined records a worker knows (:class:`pipeline.quarantine.QuarantineRegistry`)."""
+    """The quarantined records a worker knows
+    (:class:`pipeline.control.quarantine.QuarantineRegistry`)."""
 
     @property
     def ready(self) -> bool:

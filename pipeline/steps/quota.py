@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import ClassVar, Protocol
 
-from pipeline import metrics
-from pipeline.fairness import tenant_label
-from pipeline.quota import QuotaDecision
+from pipeline.contract.messages import tenant_label
+from pipeline.control.quotas import QuotaDecision
+from pipeline.observability import metrics
 from pipeline.steps.base import Batch, Item
 
 
 class Quotas(Protocol):
-    """Per-tenant quota counters (:class:`pipeline.quota.QuotaLimiter`)."""
+    """Per-tenant quota counters (:class:`pipeline.control.quotas.QuotaLimiter`)."""
 
     @property
     def enabled(self) -> bool: ...

@@ -6,9 +6,10 @@ import asyncio
 import logging
 from typing import ClassVar
 
-from pipeline import metrics
-from pipeline.replies import ReplyTopicCheck
-from pipeline.steps.base import Batch, Outgoing
+from pipeline.kafka.records import Outgoing
+from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.observability import metrics
+from pipeline.steps.base import Batch
 from pipeline.steps.publish import Producer
 
 log = logging.getLogger(__name__)

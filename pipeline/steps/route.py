@@ -6,10 +6,10 @@ from dataclasses import replace
 
 from opentelemetry import trace
 
-from pipeline.codec import RecordRef
+from pipeline.contract.codec import RecordRef
+from pipeline.observability.tracing import SPAN_ROUTE, inject_headers, start_consumer_span
 from pipeline.routing import Router
 from pipeline.steps.base import Batch
-from pipeline.tracing import SPAN_ROUTE, inject_headers, start_consumer_span
 
 
 class Route:

@@ -35,9 +35,10 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from pipeline.messages import record_id
+from pipeline.contract.messages import record_id
+from pipeline.kafka.records import Record
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, Item, Record, RetryBudgetExhausted, TransientError
+from pipeline.steps.base import Batch, Item, RetryBudgetExhausted, TransientError
 from pipeline.steps.isolation import (
     QUARANTINED,
     BatchFactory,

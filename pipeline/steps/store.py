@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pipeline.cache import CachedTranslation, TwoLevelCache
 from pipeline.steps.base import Batch, TransientError
 from pipeline.steps.window import DedupWindow
+from pipeline.storage.cache import CachedTranslation, TwoLevelCache
 
 
 class Store:

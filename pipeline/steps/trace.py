@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from pipeline.steps.base import Batch, Item
-from pipeline.tracing import (
+from pipeline.observability.tracing import (
     SPAN_BATCH,
     SPAN_TRANSLATE,
     extract_context,
@@ -22,6 +21,7 @@ from pipeline.tracing import (
     span_context_of,
     tracer,
 )
+from pipeline.steps.base import Batch, Item
 
 
 class OpenSpans:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from pipeline.cache import CachedTranslation
 from pipeline.steps.base import Batch, Item, TransientError
+from pipeline.storage.cache import CachedTranslation
 
 
 class DedupWindow(Protocol):

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pipeline.kafka_clients import admin_client
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import load_settings
 from pipeline.stack import layout, manager
 from pipeline.stack.manager import Endpoints
-from pipeline.stack.topics import TopicSpec, ensure_topics
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

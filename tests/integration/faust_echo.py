@@ -1,6 +1,6 @@
 """A minimal Faust app for the secure-listener test: echoes each record, reversed.
 
-It connects only through :func:`pipeline.kafka_clients.faust_app_options`
+It connects only through :func:`pipeline.kafka.clients.faust_app_options`
 (broker URLs and credentials from settings, e.g. ``BABELSTREAM_CONFIG``), as
 the worker does. Run: ``python tests/integration/faust_echo.py worker``
 with ``ECHO_APP_ID``, ``ECHO_IN``, ``ECHO_OUT`` and ``ECHO_DATADIR`` set.
@@ -13,7 +13,7 @@ import os
 import faust
 from faust.types import StreamT
 
-from pipeline.kafka_clients import faust_app_options
+from pipeline.kafka.clients import faust_app_options
 from pipeline.settings import load_settings
 
 settings = load_settings()

@@ -12,7 +12,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from pipeline.bulk.plan import BatchPlan, plan_batch
 from pipeline.bulk.readers import CorpusReader
-from pipeline.kafka_clients import kafka_python_options, spark_kafka_options
+from pipeline.kafka.clients import kafka_python_options, spark_kafka_options
 from pipeline.settings import KafkaSettings
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ def test_bench_worker_serves_every_request_and_refuses_a_second_bench(stack):
 
 def test_naive_consumer_answers_this_run_on_a_topic_of_its_own(stack):
     from pipeline.bench.e2e import measure_naive
-    from pipeline.kafka_clients import admin_client
+    from pipeline.kafka.check import admin_client
 
     settings = load_settings()
     target = resolve_target(settings, "en_en-XA")

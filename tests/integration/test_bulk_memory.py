@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench.bulk_memory import measure_bulk_memory
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ import pytest
 from kafka import KafkaProducer
 
 from pipeline.bulk.assemble import SegmentOutcome, assemble_table
-from pipeline.kafka_clients import kafka_python_options
-from pipeline.messages import TranslationRequest, TranslationResult
-from pipeline.pairs import Pair
+from pipeline.contract.messages import TranslationRequest, TranslationResult
+from pipeline.contract.pairs import Pair
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import Settings, load_settings
 from tests.integration.helpers import TopicTail, plan_corpus
 

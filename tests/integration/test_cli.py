@@ -15,13 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 from kafka import KafkaProducer
 
+from pipeline.cli.commands.client import no_result_hint
 from pipeline.client import ReplyBatch, ResultListener, TranslationClient, build_requests
-from pipeline.commands.client import no_result_hint
-from pipeline.kafka_clients import kafka_python_options
-from pipeline.local_worker import DEMO_MODEL, WorkerProcess
-from pipeline.messages import now_ms
-from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair, work_topic
+from pipeline.contract.messages import now_ms
+from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair, work_topic
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_MODEL, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

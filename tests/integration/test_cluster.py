@@ -19,14 +19,14 @@ import pytest
 from kafka import KafkaConsumer
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from pipeline.cli.status import topics
 from pipeline.client import reliable_producer
-from pipeline.components import topics
-from pipeline.kafka_check import kafka_python_client
-from pipeline.kafka_clients import admin_client
+from pipeline.engine.registry import registry_models
+from pipeline.kafka.check import admin_client, kafka_python_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics, topic_specs
 from pipeline.settings import Settings
 from pipeline.stack import layout, manager
 from pipeline.stack.procs import PidFile, is_alive
-from pipeline.stack.topics import TopicSpec, ensure_topics, topic_specs
 from tests.integration.stacks import running_stack
 
 pytestmark = pytest.mark.integration
@@ -91,7 +91,8 @@ def test_status_lists_every_node(cluster: Settings) -> None:
 def test_project_topics_have_three_replicas_and_min_isr_two(cluster: Settings) -> None:
     kafka = layout.client_settings(cluster).kafka
     assert (kafka.replication_factor, kafka.min_insync_replicas) == (3, 2)
-    specs = topic_specs(layout.client_settings(cluster))
+    clients = layout.client_settings(cluster)
+    specs = topic_specs(clients, registry_models(clients.engine.registry))
     described = _led_partitions(cluster, list(specs))
     for name, partitions in described.items():
         assert len(partitions) == specs[name].partitions, name

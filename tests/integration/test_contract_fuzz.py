@@ -25,10 +25,8 @@ from typing import Any
 import pytest
 
 from pipeline.client import RequestOptions, TranslationClient, build_requests, reliable_producer
-from pipeline.drill.reconcile import ResultTally
-from pipeline.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
-from pipeline.messages import CancelRequest, DeadLetter, TranslationRequest, now_ms
-from pipeline.pairs import (
+from pipeline.contract.messages import CancelRequest, DeadLetter, TranslationRequest, now_ms
+from pipeline.contract.pairs import (
     CANCEL_TOPIC,
     DLQ_TOPIC,
     REQUESTS_TOPIC,
@@ -36,7 +34,9 @@ from pipeline.pairs import (
     bulk_work_topic,
     work_topic,
 )
+from pipeline.drill.reconcile import ResultTally
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
 from tests.contract_fuzz import describe_failure, documents, fuzz_seed, restamp
 from tests.integration.helpers import TopicTail
 

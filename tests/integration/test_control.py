@@ -29,7 +29,7 @@ from click.testing import CliRunner
 
 from pipeline.bench.fairness import Flood, steady_load
 from pipeline.bulk.state import JobState
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.client import (
     ReplyBatch,
     RequestOptions,
@@ -37,11 +37,11 @@ from pipeline.client import (
     TranslationClient,
     build_requests,
 )
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
-from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_work_topic
+from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.contract.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_work_topic
+from pipeline.kafka.check import admin_client
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
 from tests.integration.helpers import TopicTail
 
 pytestmark = pytest.mark.integration

@@ -27,10 +27,10 @@ import psutil
 import pytest
 from kafka import KafkaProducer
 
-from pipeline.kafka_clients import kafka_python_options
-from pipeline.messages import LateResult, SlaWindow
+from pipeline.contract.messages import LateResult, SlaWindow
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
-from pipeline.sla import JobRun
+from pipeline.sla.logic import JobRun
 from tests.integration.browser import Chromium, DevToolsPage, chromium_binary
 
 pytestmark = pytest.mark.integration

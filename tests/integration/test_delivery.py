@@ -18,12 +18,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipeline.contract.messages import now_ms
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.drill.reconcile import ResultTally, committed_lag, reconcile, wait_committed
 from pipeline.drill.traffic import PacedTraffic
-from pipeline.local_worker import DEMO_MODEL, WorkerProcess
-from pipeline.messages import now_ms
-from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_MODEL, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.local_worker import WorkerProcess
 from pipeline.settings import PROJECT_ROOT
+from pipeline.stack.local_worker import WorkerProcess
 from pipeline.stack.manager import Endpoints
 from tests.docs_pages import DOCS, ShellCommand, shell_commands
 

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipeline.contract.messages import now_ms
+from pipeline.contract.pairs import Pair
 from pipeline.drill.reconcile import ResultTally, reconcile
 from pipeline.drill.traffic import PacedTraffic
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import now_ms
-from pipeline.pairs import Pair
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack import manager
+from pipeline.stack.local_worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

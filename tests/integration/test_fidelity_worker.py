@@ -14,15 +14,15 @@ from collections.abc import Iterator
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.client import RequestOptions, TranslationClient, build_requests
+from pipeline.contract.messages import TranslationResult
+from pipeline.contract.pairs import Pair
 from pipeline.demo_model.pseudo import to_pseudo as xa
 from pipeline.fidelity.glossary import Term
 from pipeline.fidelity.store import GlossaryStore
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import TranslationResult
-from pipeline.pairs import Pair
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ import pytest
 
 from jobs.sla import KafkaSink
 from pipeline.client import TranslationClient, build_requests
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.drill.reconcile import wait_committed
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import DEMO_MODEL, WorkerProcess, free_port
-from pipeline.pairs import REQUESTS_TOPIC, Pair, work_topic
+from pipeline.kafka.check import admin_client
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack import manager
+from pipeline.stack.local_worker import DEMO_MODEL, WorkerProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.first_run]
 

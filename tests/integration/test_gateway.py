@@ -24,9 +24,9 @@ from libretranslatepy import LibreTranslateAPI
 from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
-from pipeline.local_worker import WorkerProcess
-from pipeline.redis_client import redis_client
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import WorkerProcess
+from pipeline.storage.redis import redis_client
 
 pytestmark = pytest.mark.integration
 

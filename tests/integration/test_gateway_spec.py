@@ -23,8 +23,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from pipeline.gateway.process import GatewayProcess
-from pipeline.local_worker import WorkerProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.fidelity.store import GlossaryCache, GlossaryStore
 from pipeline.settings import load_settings
 

@@ -1,6 +1,6 @@
 """The hot path's batch-level cases against the real Kafka and Redis of the local stack.
 
-The same cases as ``tests/unit/test_hotpath.py``: what the unit suite proves
+The same cases as ``tests/unit/steps/test_hotpath.py``: what the unit suite proves
 with fakes must hold with a real producer (acks=all, results and dead letters
 read back from their topics) and a real Redis behind the L2 cache.
 """
@@ -15,16 +15,17 @@ import pytest
 import redis
 from kafka.errors import KafkaError
 
-from pipeline.cache import RedisCache
 from pipeline.client import reliable_producer
-from pipeline.kafka_clients import admin_client
-from pipeline.messages import QuarantineRecord
-from pipeline.pairs import DLQ_TOPIC, QUARANTINE_TOPIC, RESULTS_TOPIC
-from pipeline.quota import QuotaLimiter
-from pipeline.replies import ReplyTopic
+from pipeline.contract.messages import QuarantineRecord
+from pipeline.contract.pairs import DLQ_TOPIC, QUARANTINE_TOPIC, RESULTS_TOPIC
+from pipeline.control.quotas import QuotaLimiter
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.records import Outgoing
+from pipeline.kafka.replies import ReplyTopic
+from pipeline.kafka.topics import ensure_named
 from pipeline.settings import Settings, TenantSettings, load_settings
-from pipeline.stack.topics import ensure_named
-from pipeline.steps.base import Outgoing, TransientError
+from pipeline.steps.base import TransientError
+from pipeline.storage.cache import RedisCache
 from tests.hotpath_cases import CASES, Case, Harness
 from tests.integration.helpers import TopicTail
 

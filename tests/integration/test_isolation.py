@@ -21,11 +21,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.client import RequestOptions, TranslationClient, build_requests
-from pipeline.kafka_clients import admin_client
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.messages import DeadLetter, TranslationResult
-from pipeline.pairs import DLQ_TOPIC, RESULTS_TOPIC
+from pipeline.contract.messages import DeadLetter, TranslationResult
+from pipeline.contract.pairs import DLQ_TOPIC, RESULTS_TOPIC
+from pipeline.kafka.check import admin_client
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 from tests.integration.helpers import TopicTail
 
 pytestmark = pytest.mark.integration

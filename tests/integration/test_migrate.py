@@ -11,14 +11,14 @@ from click.testing import CliRunner
 from kafka import KafkaConsumer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
-from pipeline.cli import main
+from pipeline.cli.main import main
 from pipeline.client import build_requests, reliable_producer
+from pipeline.contract.pairs import legacy_pair_topics
 from pipeline.drill.reconcile import ResultTally
-from pipeline.kafka_clients import kafka_python_options
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.pairs import legacy_pair_topics
+from pipeline.kafka.clients import kafka_python_options
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
-from pipeline.stack.topics import TopicSpec, ensure_topics
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ import pytest
 from pipeline.bench.model import BenchModelShape, build_multilingual_bench_model
 from pipeline.bench.pairs import sample_pairs, spread_requests
 from pipeline.client import TranslationClient
+from pipeline.contract.pairs import WORK_PREFIX
 from pipeline.engine.registry import Registry
-from pipeline.local_worker import WorkerProcess
-from pipeline.pairs import WORK_PREFIX
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,11 @@ import pytest
 from kafka.consumer.fetcher import ConsumerRecord
 
 from pipeline.client import TranslationClient, build_requests
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
+from pipeline.contract.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack import manager
+from pipeline.stack.local_worker import WorkerProcess
 from tests.integration.helpers import TopicTail
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import redis
 
-from pipeline.quota import QuotaLimiter
+from pipeline.control.quotas import QuotaLimiter
 from pipeline.settings import RedisSettings, Settings, TenantSettings, load_settings
 
 pytestmark = pytest.mark.integration

@@ -27,16 +27,16 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer
 from pydantic import SecretStr
 
-from pipeline.cache import CachedTranslation, RedisCache
 from pipeline.client import reliable_producer
-from pipeline.kafka_check import KafkaRefused, kafka_python_client
-from pipeline.kafka_clients import admin_client, aiokafka_options
-from pipeline.reachability import require_kafka
-from pipeline.redis_client import redis_client
+from pipeline.kafka.check import KafkaRefused, admin_client, kafka_python_client
+from pipeline.kafka.clients import aiokafka_options
+from pipeline.kafka.reachability import require_kafka
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import PROJECT_ROOT, KafkaSettings, Settings
 from pipeline.stack import layout
 from pipeline.stack.secure import load_secrets
-from pipeline.stack.topics import TopicSpec, ensure_topics
+from pipeline.storage.cache import CachedTranslation, RedisCache
+from pipeline.storage.redis import redis_client
 from tests.integration.helpers import TopicTail, spark_kafka_round_trip
 from tests.integration.stacks import running_stack
 

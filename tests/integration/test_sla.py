@@ -13,7 +13,7 @@ lateness, 500 ms triggers; times are seconds after ``BASE``:
 3. the job is stopped (SIGTERM) and its checkpoint forgets its last commit;
    a second run re-runs that batch (its sinks skip it), then reads real-time
    results of en_de for a few seconds and, from then on, only the ticks a
-   worker would publish (:class:`pipeline.ticks.TickSource`, every second):
+   worker would publish (:class:`pipeline.sla.ticks.TickSource`, every second):
    the pair's last window must be emitted within the stated bound.
 
 Checked: every window once; counts, ratios and percentiles exact as if the
@@ -46,21 +46,21 @@ import pytest
 from click.testing import CliRunner
 from kafka import KafkaProducer
 
-from pipeline.cli import main
-from pipeline.kafka_clients import admin_client
-from pipeline.messages import (
+from pipeline.cli.main import main
+from pipeline.contract.messages import (
     UNSUPPORTED_PAIR_REASON,
     LateResult,
     SlaWindow,
     TranslationResult,
     now_ms,
 )
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import SlaSettings
-from pipeline.sla import JobRun
-from pipeline.sla_history import read_history
+from pipeline.sla.history import read_history
+from pipeline.sla.logic import JobRun
+from pipeline.sla.ticks import TickSource
 from pipeline.stack.manager import Endpoints
-from pipeline.stack.topics import TopicSpec, ensure_topics
-from pipeline.ticks import TickSource
 from tests.integration.helpers import TopicTail
 
 # Two job runs (each a JVM start and a cold first batch): about 3 minutes on an idle 2-core

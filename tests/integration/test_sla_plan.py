@@ -26,7 +26,7 @@ import pytest
 from kafka import KafkaProducer
 
 from jobs.sla import job_output, read_stream
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import load_settings
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from jobs.sla import KafkaSink
-from pipeline.kafka_clients import kafka_python_options
+from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import PROJECT_ROOT, Settings
 from pipeline.stack.manager import Endpoints
 
@@ -142,7 +142,7 @@ _SINK_REFUSED = textwrap.dedent(
 
     from jobs.sla import run
     from pipeline.settings import load_settings
-    from pipeline.sla import SlaJobError
+    from pipeline.sla.logic import SlaJobError
     from pipeline.stack import layout, manager
 
     checkpoint, port = Path(sys.argv[1]), int(sys.argv[2])

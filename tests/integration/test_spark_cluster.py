@@ -22,15 +22,15 @@ from random import Random
 import pytest
 from kafka import KafkaProducer
 
-from pipeline.kafka_clients import admin_client
-from pipeline.messages import UNSUPPORTED_PAIR_REASON, SlaWindow, TranslationResult
+from pipeline.contract.messages import UNSUPPORTED_PAIR_REASON, SlaWindow, TranslationResult
+from pipeline.kafka.check import admin_client
+from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import Settings, SparkClusterSettings, StackSettings
-from pipeline.sla_history import read_history
+from pipeline.sla.history import read_history
+from pipeline.sla.ticks import TickSource
 from pipeline.stack import manager
 from pipeline.stack.manager import Endpoints
 from pipeline.stack.spark import spark_services
-from pipeline.stack.topics import TopicSpec, ensure_topics
-from pipeline.ticks import TickSource
 from tests.integration.helpers import TopicTail
 
 # Three daemons and two job runs: a few minutes on an idle 2-core machine, far more when shared.

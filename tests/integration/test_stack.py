@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pipeline.engine.registry import registry_models
+from pipeline.kafka.topics import topic_specs
 from pipeline.stack import manager
 from pipeline.stack.manager import Endpoints
-from pipeline.stack.topics import topic_specs
 from tests.integration.helpers import spark_kafka_round_trip
 
 if TYPE_CHECKING:
@@ -53,9 +54,10 @@ def test_up_twice_changes_nothing(stack: Endpoints) -> None:
 def test_topics_have_configured_partitions(stack: Endpoints) -> None:
     from kafka import KafkaAdminClient
 
-    from pipeline.stack.topics import partition_counts
+    from pipeline.kafka.topics import partition_counts
 
-    specs = {name: spec.partitions for name, spec in topic_specs(stack.settings).items()}
+    models = registry_models(stack.settings.engine.registry)
+    specs = {name: spec.partitions for name, spec in topic_specs(stack.settings, models).items()}
     # the work topics of every model of the registry
     assert "translate.work.babelstream-demo-enxa" in specs
     assert "translate.work-bulk.babelstream-demo-enxa" in specs
@@ -68,7 +70,7 @@ def test_topics_have_configured_partitions(stack: Endpoints) -> None:
 
 
 def test_redis_ping(stack: Endpoints) -> None:
-    from pipeline.redis_client import redis_client
+    from pipeline.storage.redis import redis_client
 
     client = redis_client(stack.settings.redis)
     key = f"test:{uuid.uuid4().hex}"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.client import RequestOptions, TranslationClient, build_requests
-from pipeline.groups import AssignmentCheck
-from pipeline.local_worker import DEMO_PAIR, WorkerProcess
-from pipeline.pairs import REQUESTS_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, bulk_work_topic, work_topic
+from pipeline.kafka.groups import AssignmentCheck
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
+from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

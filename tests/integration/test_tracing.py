@@ -23,11 +23,11 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from pipeline.client import TranslationClient, build_requests
-from pipeline.local_worker import WorkerProcess
-from pipeline.messages import TranslationResult, now_ms
-from pipeline.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.contract.messages import TranslationResult, now_ms
+from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.observability.tracing import read_span_file, setup_tracing, span_to_dict
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
-from pipeline.tracing import read_span_file, setup_tracing, span_to_dict
+from pipeline.stack.local_worker import WorkerProcess
 from tests.integration.helpers import TopicTail
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,1 @@
+"""Operator controls: cancels, quarantine, quotas, fair share, priorities, dead letters."""

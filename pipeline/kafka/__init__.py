@@ -1,0 +1,1 @@
+"""Kafka plumbing: clients, reachability, consumer groups, reply topics, the offset book."""

@@ -1,0 +1,1 @@
+"""The translation caches (in-process LRU, Redis) and the Redis client."""

@@ -1,0 +1,197 @@
+"""PriorityGate: interactive before bulk, no more calls than replicas, even under cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+import time
+
+import pytest
+
+from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
+
+
+async def _run_order() -> list[str]:
+    gate = PriorityGate()
+    order: list[str] = []
+
+    async def work(name: str) -> None:
+        order.append(name)
+        await asyncio.sleep(0.01)
+
+    first = asyncio.create_task(gate.run(BULK, work("bulk-running")))
+    await asyncio.sleep(0)  # it holds the gate now
+    waiting = [
+        asyncio.create_task(gate.run(BULK, work("bulk-1"))),
+        asyncio.create_task(gate.run(BULK, work("bulk-2"))),
+        asyncio.create_task(gate.run(INTERACTIVE, work("interactive-1"))),
+        asyncio.create_task(gate.run(INTERACTIVE, work("interactive-2"))),
+    ]
+    await asyncio.gather(first, *waiting)
+    return order
+
+
+def test_interactive_jumps_the_queue_but_running_work_finishes() -> None:
+    assert asyncio.run(_run_order()) == [
+        "bulk-running",
+        "interactive-1",
+        "interactive-2",
+        "bulk-1",
+        "bulk-2",
+    ]
+
+
+def test_cancelled_waiter_does_not_block_the_gate() -> None:
+    async def scenario() -> int:
+        gate = PriorityGate()
+        release = asyncio.Event()
+        holder = asyncio.create_task(gate.run(BULK, release.wait()))
+        await asyncio.sleep(0)
+        waiter = asyncio.create_task(gate.run(INTERACTIVE, asyncio.sleep(0)))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        release.set()
+        await holder
+        return await gate.run(BULK, asyncio.sleep(0, result=7))
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == 7
+
+
+def test_cancelling_a_caller_keeps_the_gate_until_the_engine_thread_returns() -> None:
+    """A rebalance cancels the batch, but the executor thread runs on: no overlap allowed."""
+    running = threading.Semaphore(1)
+    inside = threading.Event()
+    overlaps: list[str] = []
+
+    def engine_call(name: str) -> str:
+        if not running.acquire(blocking=False):
+            overlaps.append(name)
+            return name
+        inside.set()
+        try:
+            time.sleep(0.2)  # the engine holds the call a while after its caller is cancelled
+            return name
+        finally:
+            running.release()
+
+    async def scenario() -> str:
+        gate = PriorityGate()
+        loop = asyncio.get_running_loop()
+        first = asyncio.create_task(
+            gate.run(INTERACTIVE, loop.run_in_executor(None, engine_call, "first"))
+        )
+        assert await asyncio.to_thread(inside.wait, 5), "the first call reached the engine"
+        first.cancel()
+        return await gate.run(INTERACTIVE, _in_executor(engine_call, "second"))
+
+    async def _in_executor(fn: object, name: str) -> str:
+        return await asyncio.get_running_loop().run_in_executor(None, engine_call, name)
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 5)) == "second"
+    assert overlaps == []
+
+
+def test_with_two_replicas_interactive_runs_beside_bulk_and_bulk_keeps_to_one() -> None:
+    async def scenario() -> list[str]:
+        gate = PriorityGate(2)
+        events: list[str] = []
+        release_bulk = asyncio.Event()
+
+        async def work(name: str, until: asyncio.Event | None = None) -> None:
+            events.append(f"start {name}")
+            if until is not None:
+                await until.wait()
+            else:
+                await asyncio.sleep(0.01)
+            events.append(f"end {name}")
+
+        bulk_1 = asyncio.create_task(gate.run(BULK, work("bulk-1", release_bulk)))
+        await asyncio.sleep(0)
+        bulk_2 = asyncio.create_task(gate.run(BULK, work("bulk-2")))
+        interactive = asyncio.create_task(gate.run(INTERACTIVE, work("interactive")))
+        await interactive  # ran and finished while bulk-1 still holds its replica
+        events.append("interactive done")
+        release_bulk.set()
+        await asyncio.gather(bulk_1, bulk_2)
+        return events
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == [
+        "start bulk-1",
+        "start interactive",
+        "end interactive",
+        "interactive done",
+        "end bulk-1",
+        "start bulk-2",  # waited for bulk-1 although a replica was free
+        "end bulk-2",
+    ]
+
+
+def test_interactive_uses_every_replica() -> None:
+    async def scenario() -> int:
+        gate = PriorityGate(3)
+        running = peak = 0
+
+        async def work() -> None:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.01)
+            running -= 1
+
+        await asyncio.gather(*(gate.run(INTERACTIVE, work()) for _ in range(6)))
+        return peak
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == 3
+
+
+def test_calls_never_exceed_replicas_nor_bulk_its_share_under_mixed_load() -> None:
+    async def scenario(replicas: int) -> tuple[int, int, list[int]]:
+        gate = PriorityGate(replicas)
+        rng = random.Random(replicas)
+        held = {INTERACTIVE: 0, BULK: 0}
+        peak_all = peak_bulk = 0
+        finished: list[int] = []
+
+        async def work(priority: int, i: int) -> None:
+            nonlocal peak_all, peak_bulk
+            held[priority] += 1
+            peak_all = max(peak_all, sum(held.values()))
+            peak_bulk = max(peak_bulk, held[BULK])
+            await asyncio.sleep(rng.random() / 200)
+            held[priority] -= 1
+            finished.append(i)
+
+        async def caller(i: int) -> None:
+            await asyncio.sleep(rng.random() / 50)
+            priority = BULK if i % 2 else INTERACTIVE
+            task = asyncio.ensure_future(gate.run(priority, work(priority, i)))
+            if i % 7 == 0:  # some callers give up while waiting or running
+                await asyncio.sleep(rng.random() / 300)
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        await asyncio.gather(*(caller(i) for i in range(200)))
+        await asyncio.sleep(0.05)  # cancelled calls already running finish
+        assert gate.waiting == 0
+        return peak_all, peak_bulk, finished
+
+    for replicas in (1, 2, 3):
+        peak_all, peak_bulk, finished = asyncio.run(asyncio.wait_for(scenario(replicas), 10))
+        assert peak_all == replicas
+        assert peak_bulk == max(1, replicas - 1)
+        # every caller that was not cancelled got its call run
+        assert set(range(200)) - {i for i in range(200) if i % 7 == 0} <= set(finished)
+
+
+def test_a_gate_needs_a_replica() -> None:
+    with pytest.raises(ValueError, match="replicas must be >= 1"):
+        PriorityGate(0)
+
+
+def test_the_share_of_each_priority() -> None:
+    assert (PriorityGate(1).share(INTERACTIVE), PriorityGate(1).share(BULK)) == (1, 1)
+    assert (PriorityGate(2).share(INTERACTIVE), PriorityGate(2).share(BULK)) == (2, 1)
+    assert PriorityGate(3).replicas == 3 and PriorityGate(3).share(BULK) == 2
