@@ -130,9 +130,10 @@ def worker(
     from pipeline.detect import SourceDetector
     from pipeline.engine.translator import CTranslate2Translator
     from pipeline.observability.metrics import start_metrics_server
-    from workers.app import ServedModel, WorkerContext, create_app
+    from workers.app import create_app
     from workers.bootstrap import prepare, worker_topics
     from workers.faust_adapter import DrainingWorker
+    from workers.shell import ServedModel, WorkerContext
 
     registry = Registry.load(settings.engine.registry)
 
