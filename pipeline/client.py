@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Self
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from opentelemetry.trace import SpanKind
@@ -92,6 +93,29 @@ def reliable_producer(settings: KafkaSettings, role: str, linger_ms: int = 5) ->
     )
 
 
+class ProducerOwner:
+    """Owns a :func:`reliable_producer`; as a context manager, leaving closes it."""
+
+    def __init__(self, settings: KafkaSettings, role: str, linger_ms: int = 5) -> None:
+        self._settings = settings
+        self._producer = reliable_producer(settings, role, linger_ms)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Send what is buffered and close (waiting ``kafka.producer_close_timeout_s``)."""
+        self._producer.close(timeout=self._settings.producer_close_timeout_s)
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex
 
@@ -142,7 +166,7 @@ def check_sendable(requests: Sequence[TranslationRequest], limits: LimitSettings
             raise LimitExceeded(f"text {number}: {violation}; nothing was sent")
 
 
-class TranslationClient:
+class TranslationClient(ProducerOwner):
     """Publishes :class:`TranslationRequest` s and collects their results.
 
     Requests are keyed by pair id on ``translate.requests`` (acks=all,
@@ -161,25 +185,10 @@ class TranslationClient:
         """``replies`` given: each :meth:`translate` call reads a reply topic of its own
         (``reply_topic``, kept, or an ephemeral one deleted after the call) instead of
         scanning the shared results topic."""
-        self._settings = settings
+        super().__init__(settings, "client")
         self._limits = limits or LimitSettings()
         self._replies = replies
         self._reply_topic = reply_topic
-        self._producer = reliable_producer(settings, "client")
-
-    def __enter__(self) -> TranslationClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._producer.close(timeout=10)
 
     def submit(
         self,

@@ -69,6 +69,8 @@ class KafkaSettings(_Section):
     # how long a command waits for a TCP connection to a broker (or a spark:// master)
     # before it says the service is not reachable, instead of a client's long timeout
     connect_timeout_s: float = Field(3.0, gt=0)
+    # how long closing a command's producer may wait for records still buffered
+    producer_close_timeout_s: float = Field(10.0, gt=0)
     # translate.cancel (compacted) and translate.dlq.replayed (compacted replay markers)
     cancel_partitions: int = Field(1, ge=1)
     replay_marker_partitions: int = Field(1, ge=1)

@@ -1,22 +1,21 @@
 """Kafka ends of a bulk job: publish segment requests, read the job's results.
 
-Requests go straight to ``translate.bulk.<pair>`` keyed by content digest
-(as the router would key them), so identical segments meet on one partition
-and the ingress topic stays free for interactive traffic.
+Requests go straight to the model's ``translate.work-bulk.<model>`` keyed by
+content digest (as the router would key them), so identical segments meet on
+one partition and the ingress topic stays free for interactive traffic.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from types import TracebackType
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from pipeline.bulk import BulkError
-from pipeline.client import reliable_producer
+from pipeline.client import ProducerOwner
 from pipeline.contract.messages import TranslationResult
 from pipeline.contract.pairs import RESULTS_TOPIC
 from pipeline.kafka.check import kafka_python_client
@@ -25,27 +24,12 @@ from pipeline.settings import KafkaSettings
 log = logging.getLogger(__name__)
 
 
-class BulkPublisher:
+class BulkPublisher(ProducerOwner):
     """Publishes (key, value) records to one topic; acks=all, idempotent."""
 
     def __init__(self, settings: KafkaSettings, topic: str) -> None:
-        self._settings = settings
+        super().__init__(settings, "bulk", linger_ms=20)
         self._topic = topic
-        self._producer = reliable_producer(settings, "bulk", linger_ms=20)
-
-    def __enter__(self) -> BulkPublisher:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._producer.close(timeout=10)
 
     def publish(self, records: Sequence[tuple[bytes, bytes]]) -> None:
         """Send and wait until the broker acknowledged every record."""

@@ -146,5 +146,5 @@ def publish_cancels(settings: Settings, cancels: Sequence[CancelRequest]) -> int
         for future in futures:
             future.get(timeout=kafka.request_timeout_ms / 1000)
     finally:
-        producer.close(timeout=10)
+        producer.close(timeout=kafka.producer_close_timeout_s)
     return len(cancels)

@@ -272,7 +272,7 @@ class Replayer:
         return len(replays)
 
     def close(self) -> None:
-        self._producer.close(timeout=10)
+        self._producer.close(timeout=self._kafka.producer_close_timeout_s)
 
     def __enter__(self) -> Replayer:
         return self

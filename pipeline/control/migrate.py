@@ -116,7 +116,7 @@ def migrate(settings: Settings, group: str, *, dry_run: bool = False) -> Migrati
     finally:
         consumer.close(autocommit=False)
         if producer is not None:
-            producer.close(timeout=10)
+            producer.close(timeout=settings.kafka.producer_close_timeout_s)
     return migration
 
 

@@ -106,7 +106,7 @@ def release(settings: Settings, ids: Collection[str]) -> list[QuarantineRecord]:
                 timeout=timeout_s
             )
     finally:
-        producer.close(timeout=10)
+        producer.close(timeout=settings.kafka.producer_close_timeout_s)
     return chosen
 
 

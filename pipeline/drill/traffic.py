@@ -113,5 +113,5 @@ class PacedTraffic:
         except KafkaError as exc:
             self._on_error("(producer)", exc)
         finally:
-            producer.close(timeout=10)
+            producer.close(timeout=self._kafka.producer_close_timeout_s)
             self.finished_at_ms = now_ms()
