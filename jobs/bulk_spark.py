@@ -32,8 +32,6 @@ results topic when ``assemble`` runs (mind its retention).
 from __future__ import annotations
 
 import logging
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_type
 
+from jobs.session import spark_session
 from pipeline.bulk import BulkInputError
 from pipeline.bulk.assemble import SegmentOutcome, assemble_document
 from pipeline.bulk.readers import DEFAULT_ID_COLUMN
@@ -54,7 +53,6 @@ from pipeline.contract.messages import now_ms
 from pipeline.contract.pairs import RESULTS_TOPIC, Pair, bulk_work_topic
 from pipeline.kafka.clients import spark_kafka_options, spark_kafka_source_options
 from pipeline.settings import Settings
-from pipeline.stack.jars import spark_kafka_jars
 
 log = logging.getLogger(__name__)
 
@@ -78,24 +76,16 @@ RESULT_DDL = (
 )
 
 
-def spark_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
-    """A Spark session with the Kafka connector jars and this interpreter for Python workers."""
-    # Python workers must import pyarrow and this package: use the driver's interpreter.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def bulk_session(settings: Settings, app_name: str, master: str | None = None) -> SparkSession:
+    """The bulk jobs' Spark session (``bulk.spark_master`` unless ``master`` is given)."""
     bulk = settings.bulk
-    jars = spark_kafka_jars(settings, log.info)
-    spark = (
-        SparkSession.builder.master(master or bulk.spark_master)
-        .appName(app_name)
-        .config("spark.jars", ",".join(str(jar) for jar in jars))
-        .config("spark.driver.memory", bulk.spark_driver_memory)
-        .config("spark.sql.shuffle.partitions", str(bulk.spark_shuffle_partitions))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    return spark_session(
+        settings,
+        app_name,
+        master=master or bulk.spark_master,
+        driver_memory=bulk.spark_driver_memory,
+        shuffle_partitions=bulk.spark_shuffle_partitions,
     )
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
 
 
 def plan_path(settings: Settings, job_id: str) -> Path:

@@ -94,6 +94,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from jobs.session import spark_session
 from pipeline.contract.messages import (
     UNSUPPORTED_PAIR_REASON,
     UNSUPPORTED_SERIES,
@@ -130,7 +131,6 @@ from pipeline.sla.logic import (
     to_late_result,
     to_sla_window,
 )
-from pipeline.stack.jars import spark_kafka_jars
 
 log = logging.getLogger(__name__)
 
@@ -146,25 +146,21 @@ _STATE_STORES = {
 def build_session(settings: Settings) -> SparkSession:
     """A Spark session with the Kafka connector jars Maven fetched, its driver on loopback."""
     sla = settings.sla
-    jars = spark_kafka_jars(settings, log.info)
-    spark = (
-        SparkSession.builder.master(sla.master)
-        .appName("babelstream-sla")
-        .config("spark.jars", ",".join(str(jar) for jar in jars))
-        .config("spark.driver.memory", sla.driver_memory)
-        .config("spark.driver.extraJavaOptions", sla.java_options)
-        .config("spark.executor.extraJavaOptions", sla.java_options)
-        .config("spark.driver.host", sla.driver_host)
-        .config("spark.driver.bindAddress", sla.driver_host)
-        .config("spark.sql.shuffle.partitions", str(sla.shuffle_partitions))
-        .config("spark.sql.streaming.stateStore.providerClass", _STATE_STORES[sla.state_store])
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    return spark_session(
+        settings,
+        "babelstream-sla",
+        master=sla.master,
+        driver_memory=sla.driver_memory,
+        shuffle_partitions=sla.shuffle_partitions,
+        conf={
+            "spark.driver.extraJavaOptions": sla.java_options,
+            "spark.executor.extraJavaOptions": sla.java_options,
+            "spark.driver.host": sla.driver_host,
+            "spark.driver.bindAddress": sla.driver_host,
+            "spark.sql.streaming.stateStore.providerClass": _STATE_STORES[sla.state_store],
+            "spark.sql.session.timeZone": "UTC",
+        },
     )
-    spark.sparkContext.setLogLevel("WARN")
-    return spark
 
 
 def read_stream(spark: SparkSession, settings: Settings) -> DataFrame:

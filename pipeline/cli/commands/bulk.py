@@ -299,7 +299,7 @@ def spark_submit(
 
     job_id = _checked_job_id(job_id)
     _require_spark_services(settings, master)
-    spark = bulk_spark.spark_session(settings, f"babelstream-bulk-submit-{job_id}", master)
+    spark = bulk_spark.bulk_session(settings, f"babelstream-bulk-submit-{job_id}", master)
     try:
         report = bulk_spark.submit(
             spark,
@@ -347,7 +347,7 @@ def spark_assemble(
 
     job_id = _checked_job_id(job_id)
     _require_spark_services(settings, master)
-    spark = bulk_spark.spark_session(settings, f"babelstream-bulk-assemble-{job_id}", master)
+    spark = bulk_spark.bulk_session(settings, f"babelstream-bulk-assemble-{job_id}", master)
     try:
         report = bulk_spark.assemble(
             spark,
