@@ -1,7 +1,8 @@
 """The SLA dashboard in real headless Chromium, fed by SlaWindow records on real Kafka.
 
 ``babelstream dashboard`` runs as a subprocess on test-unique SLA and late
-topics; Chromium loads it and is driven over the DevTools protocol. Assertions
+topics; Debian's Chromium loads it, driven by Playwright (``executable_path``:
+no browser is downloaded). Assertions
 are on what the page charts (Chart.js datasets and their rendered points) and
 on the table rendered alongside; a screenshot is kept under ``artifacts/``.
 Without a browser: the first paint (server-rendered HTML) shows the windows
@@ -11,9 +12,9 @@ the log, and the server listens on loopback only.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,12 +27,12 @@ from pathlib import Path
 import psutil
 import pytest
 from kafka import KafkaProducer
+from playwright.sync_api import Page, sync_playwright
 
 from pipeline.contract.messages import LateResult, SlaWindow
 from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.sla.logic import JobRun
-from tests.integration.browser import Chromium, DevToolsPage, chromium_binary
 
 pytestmark = pytest.mark.integration
 
@@ -155,23 +156,35 @@ def dashboard(dashboard_proc: tuple[int, subprocess.Popen[bytes]]) -> int:
     return dashboard_proc[0]
 
 
+# headless, and no background connections: this machine's network is closed to them
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
+# how long the page may take to show what a test waits for
+PAGE_TIMEOUT_MS = 30_000
+
+
 @pytest.fixture
-def chromium(tmp_path: Path) -> Iterator[Callable[[str], Chromium]]:
-    binary = chromium_binary()
+def page() -> Iterator[Page]:
+    """A page of Debian's chromium, driven by Playwright."""
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
         pytest.skip("Debian's chromium is not installed (`make install` installs it)")
-    started: list[Chromium] = []
-
-    def start(url: str) -> Chromium:
-        browser = Chromium(
-            binary, tmp_path / "profile", PROJECT_ROOT / "var" / "log" / "test-chromium.log"
-        ).start(url)
-        started.append(browser)
-        return browser
-
-    yield start
-    for browser in started:
-        browser.stop()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=binary, args=CHROMIUM_ARGS)
+        try:
+            # tall enough for both pairs' charts and tables in one screenshot
+            page = browser.new_page(viewport={"width": 1280, "height": 2000})
+            page.set_default_timeout(PAGE_TIMEOUT_MS)
+            yield page
+        finally:
+            browser.close()
 
 
 def produce(settings: Settings, topic: str, records: list[SlaWindow | LateResult | bytes]) -> None:
@@ -210,9 +223,7 @@ TABLE_ROWS = """(() => [...document.querySelectorAll('section.pair')].map((s) =>
 })))()"""
 
 
-def test_dashboard_charts_sla_windows(
-    dashboard: int, sla_topic: str, chromium: Callable[[str], Chromium]
-) -> None:
+def test_dashboard_charts_sla_windows(dashboard: int, sla_topic: str, page: Page) -> None:
     settings = load_settings()
     # produced before the page opens: the server replays them in its snapshot
     early = [
@@ -225,41 +236,31 @@ def test_dashboard_charts_sla_windows(
         assert time.monotonic() < deadline, health(dashboard)
         time.sleep(0.2)
 
-    browser = chromium("about:blank")
-
-    async def drive() -> tuple[dict, list, dict]:
-        async with DevToolsPage(browser.page_websocket()) as page:
-            await page.goto(f"http://127.0.0.1:{dashboard}/")
-            await page.wait_for("document.getElementById('status').dataset.state === 'live'")
-            assert await page.evaluate("typeof Chart") == "function"  # served, not a CDN
-            await page.wait_for("document.body.dataset.windowCount === '2'")
-            # live: new windows, a second pair, a re-emitted window, and junk
-            live = [
-                window("en_en-XA", 2, count=61, p95=150, p99=300, timeouts=0.05, hits=0.7),
-                window("en-XA_en", 0, count=12, p95=90, p99=95, hits=0.25),
-                window("en-XA_en", 1, count=18, p95=100, p99=130, hits=0.5),
-                window("en_en-XA", 1, count=57, p95=145, p99=270, timeouts=0.02, hits=0.6),
-                b"not a window",
-            ]
-            await asyncio.to_thread(produce, settings, sla_topic, live)
-            await page.wait_for(
-                "document.body.dataset.windowCount === '5'"
-                " && document.body.dataset.pairCount === '2'"
-                " && document.querySelector('#pair-en_en-XA tbody tr').dataset.count === '61'"
-                " && window.babelstream.charts['en_en-XA'].latency.data.datasets[0]"
-                ".data[1]?.y === 145"
-            )
-            await asyncio.sleep(0.3)  # let the last frame paint before the screenshot
-            await page.screenshot(ARTIFACTS / "dashboard.png")
-            status = await page.evaluate("document.getElementById('status').textContent")
-            return (
-                await page.evaluate(CHART_DATA),
-                await page.evaluate(TABLE_ROWS),
-                {"status": status},
-            )
-
-    charts, tables, extra = asyncio.run(drive())
-    assert extra["status"] == "live"
+    page.goto(f"http://127.0.0.1:{dashboard}/")
+    page.wait_for_function("document.getElementById('status').dataset.state === 'live'")
+    assert page.evaluate("typeof Chart") == "function"  # served, not a CDN
+    page.wait_for_function("document.body.dataset.windowCount === '2'")
+    # live: new windows, a second pair, a re-emitted window, and junk
+    live = [
+        window("en_en-XA", 2, count=61, p95=150, p99=300, timeouts=0.05, hits=0.7),
+        window("en-XA_en", 0, count=12, p95=90, p99=95, hits=0.25),
+        window("en-XA_en", 1, count=18, p95=100, p99=130, hits=0.5),
+        window("en_en-XA", 1, count=57, p95=145, p99=270, timeouts=0.02, hits=0.6),
+        b"not a window",
+    ]
+    produce(settings, sla_topic, live)
+    page.wait_for_function(
+        "document.body.dataset.windowCount === '5'"
+        " && document.body.dataset.pairCount === '2'"
+        " && document.querySelector('#pair-en_en-XA tbody tr').dataset.count === '61'"
+        " && window.babelstream.charts['en_en-XA'].latency.data.datasets[0]"
+        ".data[1]?.y === 145"
+    )
+    page.wait_for_timeout(300)  # let the last frame paint before the screenshot
+    page.screenshot(path=ARTIFACTS / "dashboard.png")
+    assert page.evaluate("document.getElementById('status').textContent") == "live"
+    charts = page.evaluate(CHART_DATA)
+    tables = page.evaluate(TABLE_ROWS)
 
     enxa = charts["en_en-XA"]
     latency = {d["label"]: d for d in enxa["latency"]}
@@ -294,7 +295,7 @@ def test_dashboard_charts_sla_windows(
 
 
 def test_windows_out_of_order_gapped_and_of_two_sizes_chart_in_order(
-    dashboard: int, sla_topic: str, chromium: Callable[[str], Chromium]
+    dashboard: int, sla_topic: str, page: Page
 ) -> None:
     """Records arrive out of order, with a half-hour gap, from runs of the job with 10 s and
     5 s windows: one line per figure and window size, in window order, broken at the gap."""
@@ -315,17 +316,11 @@ def test_windows_out_of_order_gapped_and_of_two_sizes_chart_in_order(
         10_000: [T0 + 10_000, T0 + 20_000, T0 + 30_000, T0 + 40_000, T0 + 1_810_000],
     }, "one series per window size, each in window order, no end twice"
 
-    browser = chromium("about:blank")
-
-    async def drive() -> dict:
-        async with DevToolsPage(browser.page_websocket()) as page:
-            await page.goto(f"http://127.0.0.1:{dashboard}/")
-            await page.wait_for("document.body.dataset.windowCount === '7'")
-            await asyncio.sleep(0.3)
-            await page.screenshot(ARTIFACTS / "dashboard-gaps.png")
-            return dict(await page.evaluate(CHART_DATA))
-
-    charts = asyncio.run(drive())["en_en-XA"]
+    page.goto(f"http://127.0.0.1:{dashboard}/")
+    page.wait_for_function("document.body.dataset.windowCount === '7'")
+    page.wait_for_timeout(300)  # let the last frame paint before the screenshot
+    page.screenshot(path=ARTIFACTS / "dashboard-gaps.png")
+    charts = page.evaluate(CHART_DATA)["en_en-XA"]
     latency = {d["label"]: d for d in charts["latency"]}
     assert list(latency) == ["P95 · 5 s", "P99 · 5 s", "P95 · 10 s", "P99 · 10 s"]
     p95 = latency["P95 · 10 s"]
