@@ -288,7 +288,7 @@ class WorkerSettings(_Section):
     l1_cache_size: int = Field(50_000, ge=0)
     # translations an agent's batches finished lately, by digest: they answer a batch that
     # looked the dedup window up before the batch that translated its text stored it there
-    # (pipeline.steps.translate.InFlightTexts)
+    # (pipeline.steps.in_flight.InFlightTexts)
     recent_translations: int = Field(4096, ge=1)
     # how long the dedup window (a changelog-backed Faust table) remembers a translation
     dedup_window_s: float = Field(300.0, gt=0)

@@ -22,6 +22,7 @@ from pipeline.contract.pairs import Pair
 from pipeline.control.fairness import DeficitRoundRobin, FairRounds, RoundPace
 from pipeline.kafka.offsets import Ticket
 from pipeline.observability import metrics
+from pipeline.steps.base import AgentCues
 from pipeline.steps.runner import BatchRunner
 from workers.control import Held, held_of
 from workers.dedup import FaustDedupWindow
@@ -57,9 +58,9 @@ def plain_agent(
         admitted: Sequence[Any], tickets: list[Ticket], more_waiting: bool
     ) -> Callable[[HandOffHook], Awaitable[None]]:
         async def work(hand_off: HandOffHook) -> None:
-            await shell.process(
-                admitted, tickets, runner, window, hand_off, hand_off if more_waiting else None
-            )
+            # with more waiting, the next batch may start as this one's last call does
+            cues = AgentCues(hand_off, hand_off) if more_waiting else AgentCues(hand_off)
+            await shell.process(admitted, tickets, runner, window, cues)
 
         return work
 
@@ -187,8 +188,7 @@ async def _serve_rounds(
             [h.ticket for h in current],
             runner,
             window,
-            handed_off,
-            last_call_started,
+            AgentCues(handed_off, last_call_started),
         )
 
     async with asyncio.TaskGroup() as group:

@@ -27,7 +27,7 @@ from pipeline.engine.translator import Translator
 from pipeline.fidelity.service import FidelityService
 from pipeline.kafka.offsets import Ticket, TopicPartition
 from pipeline.settings import Settings
-from pipeline.steps.base import RetryBudgetExhausted
+from pipeline.steps.base import NO_CUES, AgentCues, RetryBudgetExhausted
 from pipeline.steps.publish import Producer
 from pipeline.steps.runner import BatchRunner
 from pipeline.storage.cache import TwoLevelCache
@@ -38,7 +38,6 @@ from workers.faust_adapter import (
     record_of,
     tp_of,
 )
-from workers.inflight import HandOffHook
 from workers.offsets import OffsetKeeper
 from workers.stats import WorkerStats
 
@@ -137,14 +136,13 @@ class WorkerShell:
         tickets: list[Ticket],
         runner: BatchRunner,
         window: FaustDedupWindow | None = None,
-        on_hand_off: HandOffHook | None = None,
-        on_last_call: HandOffHook | None = None,
+        cues: AgentCues = NO_CUES,
     ) -> None:
         """Run one micro-batch of admitted events through the steps; mark it done
         (committable) once published.
 
-        ``on_hand_off`` is called when the batch is done with the engine,
-        ``on_last_call`` when its last engine call gets the engine.
+        ``cues`` tell the agent when the batch is done with the engine and when
+        its last engine call gets the engine.
         """
         if not admitted:
             return
@@ -167,8 +165,7 @@ class WorkerShell:
             await runner.run(
                 [record_of(e) for e in admitted],
                 on_retry=pause_while_retrying,
-                on_hand_off=on_hand_off,
-                on_last_call=on_last_call,
+                cues=cues,
             )
         except RetryBudgetExhausted as exc:
             await self._fatal(exc)

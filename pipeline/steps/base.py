@@ -118,6 +118,30 @@ class BatchStats:
     attempts: int = 1
 
 
+def _nothing() -> None:
+    """A cue no one listens to."""
+
+
+@dataclass(frozen=True)
+class AgentCues:
+    """What a batch tells the agent that runs it, so the agent's next batch can start early.
+
+    ``hand_off``: the batch is done with the engine (the hand-off step); what
+    follows waits on Redis and Kafka, so the next batch may take the engine
+    meanwhile. ``last_call_started``: the batch's last engine call got the
+    engine; an agent with more work waiting may start its next batch then, so
+    that batch's lookups and tokenising overlap this call instead of leaving
+    the engine idle.
+    """
+
+    hand_off: Callable[[], None] = _nothing
+    last_call_started: Callable[[], None] = _nothing
+
+
+# the cues of a batch whose agent waits for it to end
+NO_CUES = AgentCues()
+
+
 @dataclass
 class Batch:
     """One micro-batch of one topic, as the steps see it: requests of every pair the
@@ -133,13 +157,8 @@ class Batch:
     outgoing: list[Outgoing] = field(default_factory=list)
     # a span for the whole batch (linked to every request), set by the tracing step
     span: Span | None = None
-    # called by the hand-off step once the batch no longer needs the engine: its agent may
-    # start the next micro-batch while this one stores and publishes (set by the runner)
-    hand_off: Callable[[], None] = field(default=lambda: None, repr=False)
-    # called by the engine step when the batch's last engine call gets the engine: an agent
-    # with more work waiting may start its next batch then, so that batch's lookups and
-    # tokenising overlap this call instead of leaving the engine idle (set by the runner)
-    last_call_started: Callable[[], None] = field(default=lambda: None, repr=False)
+    # what the batch tells its agent about its engine calls (set by the runner)
+    cues: AgentCues = field(default=NO_CUES, repr=False)
 
     def __post_init__(self) -> None:
         self.started_at = self.started_at or self.clock()

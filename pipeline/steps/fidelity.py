@@ -16,7 +16,8 @@ from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
 from pipeline.fidelity.store import GlossaryUnavailable
 from pipeline.steps.base import Batch, BatchStats, Item, TransientError
-from pipeline.steps.translate import EngineRejected, EngineRunner, InFlightTexts
+from pipeline.steps.in_flight import InFlightTexts
+from pipeline.steps.translate import EngineRejected, EngineRunner
 from pipeline.storage.cache import CachedTranslation
 
 
@@ -55,7 +56,7 @@ class TranslateFaithfully:
 
     Reads: ``request`` and ``glossary`` of unanswered leaders. Sets:
     ``translation`` (cache level ``miss``, or ``window`` for a text an earlier
-    batch in flight was translating, :class:`~pipeline.steps.translate.InFlightTexts`;
+    batch in flight was translating, :class:`~pipeline.steps.in_flight.InFlightTexts`;
     its ``extra`` holds the fidelity verdict, glossary hits and version) or ``error`` with reason
     ``bad_markup``, ``bad_output`` or ``engine_rejected``. Raises:
     :class:`TransientError` when the engine as a whole fails. All segments of
@@ -78,7 +79,7 @@ class TranslateFaithfully:
     async def _translate(self, batch: Batch, todo: list[Item]) -> None:
         if not todo:
             return
-        calls = _BatchCalls(self._runner, batch.stats, batch.last_call_started)
+        calls = _BatchCalls(self._runner, batch.stats, batch.cues.last_call_started)
         started: list[tuple[Item, Restoration]] = []
         for item in todo:
             assert item.request is not None

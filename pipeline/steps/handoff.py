@@ -16,4 +16,4 @@ class HandOff:
     """
 
     async def __call__(self, batch: Batch) -> None:
-        batch.hand_off()
+        batch.cues.hand_off()

@@ -38,7 +38,14 @@ from tenacity import (
 from pipeline.contract.messages import record_id
 from pipeline.kafka.records import Record
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, Item, RetryBudgetExhausted, TransientError
+from pipeline.steps.base import (
+    NO_CUES,
+    AgentCues,
+    Batch,
+    Item,
+    RetryBudgetExhausted,
+    TransientError,
+)
 from pipeline.steps.isolation import (
     QUARANTINED,
     BatchFactory,
@@ -147,8 +154,7 @@ class BatchRunner:
         self,
         records: list[Record],
         on_retry: RetryHook | None = None,
-        on_hand_off: Callable[[], None] | None = None,
-        on_last_call: Callable[[], None] | None = None,
+        cues: AgentCues = NO_CUES,
     ) -> Batch | None:
         """Return once every record has its outputs published; raises RetryBudgetExhausted.
 
@@ -156,10 +162,9 @@ class BatchRunner:
         None when requests of it were set apart.
 
         ``on_retry`` runs before each backoff sleep (the caller pauses its
-        partitions there); ``on_hand_off`` when an attempt is done with the
-        engine (:class:`~pipeline.steps.handoff.HandOff`), once per attempt
-        that gets that far; ``on_last_call`` when an attempt's last planned
-        engine call gets the engine (:attr:`Batch.last_call_started`).
+        partitions there); each attempt's batch carries ``cues`` to its steps
+        (:class:`~pipeline.steps.base.AgentCues`): the hand-off, once per
+        attempt that gets that far, and the start of its last engine call.
         """
         remaining = list(records)
 
@@ -179,9 +184,7 @@ class BatchRunner:
         try:
             async for attempt in retrying:
                 with attempt:
-                    batch = await self._attempt(
-                        remaining, attempt.retry_state.attempt_number, on_hand_off, on_last_call
-                    )
+                    batch = await self._attempt(remaining, attempt.retry_state.attempt_number, cues)
                     self.health.passed()
                     await self._isolation.passed()
                     return batch
@@ -197,8 +200,7 @@ class BatchRunner:
         self,
         remaining: list[Record],
         number: int,
-        on_hand_off: Callable[[], None] | None,
-        on_last_call: Callable[[], None] | None,
+        cues: AgentCues,
     ) -> Batch | None:
         """One try at what ``remaining`` still owes; it shrinks as parts are published."""
         owed = len(remaining)
@@ -207,10 +209,7 @@ class BatchRunner:
             return None
         batch = self._make_batch(remaining)
         batch.stats.attempts = number
-        if on_hand_off is not None:
-            batch.hand_off = on_hand_off
-        if on_last_call is not None:
-            batch.last_call_started = on_last_call
+        batch.cues = cues
         try:
             await run_steps(self.chain.steps, batch)
         except TransientError:

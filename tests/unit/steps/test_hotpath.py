@@ -11,7 +11,7 @@ import pytest
 from pipeline.control.quotas import QuotaDecision
 from pipeline.kafka.records import Outgoing
 from pipeline.settings import RedisSettings
-from pipeline.steps.base import TransientError
+from pipeline.steps.base import AgentCues, TransientError
 from pipeline.storage.cache import RedisCache
 from tests.hotpath_cases import CASES, Case, Harness
 
@@ -145,9 +145,7 @@ def test_a_batch_announces_its_last_engine_call_before_computing_it() -> None:
 
     async def scenario() -> None:
         records = harness.records([harness.request(0, "hello"), harness.request(1, "bye")])
-        await harness.runner.run(
-            records, on_hand_off=hook("hand off"), on_last_call=hook("last call")
-        )
+        await harness.runner.run(records, cues=AgentCues(hook("hand off"), hook("last call")))
 
     asyncio.run(scenario())
     assert seen == [("last call", 0), ("hand off", 1)]
@@ -167,7 +165,7 @@ def test_a_batch_hands_off_once_translated_before_anything_is_published() -> Non
 
     async def scenario() -> None:
         records = harness.records([harness.request(0, "hello"), harness.request(1, "bye")])
-        await harness.runner.run(records, on_retry=heal, on_hand_off=hand_off)
+        await harness.runner.run(records, on_retry=heal, cues=AgentCues(hand_off))
 
     asyncio.run(scenario())
     # each attempt hands off after the engine step and before its publish; the retry's

@@ -9,7 +9,7 @@ import pytest
 from pipeline.kafka.records import Record
 from pipeline.settings import WorkerSettings
 from pipeline.steps.base import Item, TransientError
-from pipeline.steps.translate import InFlightTexts
+from pipeline.steps.in_flight import InFlightTexts
 from pipeline.storage.cache import CachedTranslation
 
 RECENT = WorkerSettings().recent_translations

@@ -19,7 +19,7 @@ from pipeline.fidelity.prepare import FidelityConfig
 from pipeline.fidelity.service import FidelityService
 from pipeline.kafka.records import Record
 from pipeline.settings import WorkerSettings, load_settings
-from pipeline.steps.base import Batch, BatchStats, Item
+from pipeline.steps.base import AgentCues, Batch, BatchStats, Item
 from pipeline.steps.fidelity import TranslateFaithfully
 from pipeline.steps.translate import EngineRunner, Translate
 from workers.stats import WorkerStats
@@ -193,7 +193,9 @@ def test_engine_step_announces_its_last_call_before_computing_it(
         items.append(Item(record, request=request, digest=f"d{i}"))
     calls_at_announcement: list[int] = []
     batch = Batch(items, "fake", "test")
-    batch.last_call_started = lambda: calls_at_announcement.append(len(translator.calls))
+    batch.cues = AgentCues(
+        last_call_started=lambda: calls_at_announcement.append(len(translator.calls))
+    )
     asyncio.run(make_step(runner)(batch))
     assert len(translator.calls) == 2
     assert calls_at_announcement == [1]  # once: after the first call, before the last
