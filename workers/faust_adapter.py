@@ -1,7 +1,7 @@
 """Everything the worker needs from Faust beyond its public API, in one place.
 
 Faust is the shell of the worker: it runs the consumer group, the agents, the
-dedup tables and the web server. Four things the worker needs are not public
+dedup tables and the web server. Seven things the worker needs are not public
 API, and each use is here, with why:
 
 * committing chosen offsets (``Consumer._commit``): the worker keeps its own
@@ -21,7 +21,15 @@ API, and each use is here, with why:
   reached through Faust's consumer thread): a member cut off from the brokers
   is evicted after its session timeout but only learns so at its next answered
   heartbeat, and meanwhile aiokafka goes on delivering what it fetches for the
-  partitions it lost. :class:`MembershipLease` times the answered heartbeats.
+  partitions it lost. :class:`MembershipLease` times the answered heartbeats;
+* the group coordinator's routine (aiokafka's ``GroupCoordinator._coordination_task``,
+  through ``Consumer._thread._consumer``): when it ends on an error the consumer
+  never joins the group again, so :func:`coordination_failure` lets the worker
+  exit for its supervisor to restart it.
+
+The offset book itself is ``pipeline/kafka/offsets.py`` (pure logic) and
+``workers/offsets.py`` (seeks, the commit task); it reaches Faust only
+through :func:`commit_offsets` and :func:`tp_of` here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""The hot paths, composed in one place: read them top to bottom."""
+"""The hot paths, composed in one place: read them top to bottom.
+
+Every path ends in one more step outside the chain, because it spans a
+batch's attempts and however its records ended (published, dead-lettered or
+set apart): *commit*. Once the runner returns, the worker's shell marks the
+batch's offsets done (``OffsetKeeper.done`` in ``workers/offsets.py``) and
+the offset book commits them, never past a record still in flight.
+"""
 
 from __future__ import annotations
 
