@@ -25,7 +25,13 @@ from prometheus_client.metrics import MetricWrapperBase
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from pipeline.settings import CONFIG_VARIABLE, ENV_PREFIX, PROJECT_ROOT, Settings
+from pipeline.settings import (
+    CONFIG_VARIABLE,
+    DEVELOPMENT_SECTIONS,
+    ENV_PREFIX,
+    PROJECT_ROOT,
+    Settings,
+)
 
 SCHEMAS_DIR = PROJECT_ROOT / "schemas"
 RULES_DIR = PROJECT_ROOT / "deploy" / "prometheus" / "rules"
@@ -325,22 +331,40 @@ def settings_page() -> str:
         "The descriptions are the comments above each field in the code.",
         "",
     ]
-    for section, model in settings_sections():
-        out += [f"## {section}", ""]
-        if model.__doc__ and model.__doc__ is not BaseModel.__doc__:
-            out += [md_text(inspect.cleandoc(model.__doc__)), ""]
-        comments = field_comments(model)
-        rows = [
-            [
-                code(f"{ENV_PREFIX}{section}__{name}".upper()),
-                cell(_type_name(field.annotation)),
-                _default(field),
-                _describe(name, field, comments),
-            ]
-            for name, field in model.model_fields.items()
-        ]
-        out += [table(["variable", "type", "default", "meaning"], rows), ""]
+    development = [(s, m) for s, m in settings_sections() if s in DEVELOPMENT_SECTIONS]
+    runtime = [(s, m) for s, m in settings_sections() if s not in DEVELOPMENT_SECTIONS]
+    for section, model in runtime:
+        out += _settings_section(section, model)
+    out += [
+        "## Development tooling",
+        "",
+        "The local stack (`babelstream up`), the local Spark cluster (`babelstream spark up`) "
+        "and the fault drills (`babelstream drill`) read these sections; no worker, router, "
+        "job or gateway does, so a production deployment leaves them unset.",
+        "",
+    ]
+    for section, model in development:
+        out += _settings_section(section, model, level="###")
     return "\n".join(out)
+
+
+def _settings_section(section: str, model: type[BaseModel], level: str = "##") -> list[str]:
+    """One section's heading, docstring and table of settings."""
+    out = [f"{level} {section}", ""]
+    if model.__doc__ and model.__doc__ is not BaseModel.__doc__:
+        out += [md_text(inspect.cleandoc(model.__doc__)), ""]
+    comments = field_comments(model)
+    rows = [
+        [
+            code(f"{ENV_PREFIX}{section}__{name}".upper()),
+            cell(_type_name(field.annotation)),
+            _default(field),
+            _describe(name, field, comments),
+        ]
+        for name, field in model.model_fields.items()
+    ]
+    out += [table(["variable", "type", "default", "meaning"], rows), ""]
+    return out
 
 
 # --- message contract --------------------------------------------------------------------

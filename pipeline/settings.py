@@ -760,6 +760,10 @@ class DrillSettings(_Section):
     cut_group: str = "babelstream-drill"
 
 
+# the sections only development tooling reads (``babelstream up``, ``spark up``, ``drill``)
+DEVELOPMENT_SECTIONS = frozenset({"stack", "spark", "drill"})
+
+
 class Settings(BaseSettings):
     """Root settings; sections are frozen, so pass them around freely."""
 
@@ -774,21 +778,23 @@ class Settings(BaseSettings):
 
     kafka: KafkaSettings = KafkaSettings()
     redis: RedisSettings = RedisSettings()
-    stack: StackSettings = StackSettings()
     limits: LimitSettings = LimitSettings()
     engine: EngineSettings = EngineSettings()
     worker: WorkerSettings = WorkerSettings()
+    batching: BatchingSettings = BatchingSettings()
+    fidelity: FidelitySettings = FidelitySettings()
+    tenants: TenantSettings = TenantSettings()
+    replies: ReplySettings = ReplySettings()
     bulk: BulkSettings = BulkSettings()
     sla: SlaSettings = SlaSettings()
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
-    tenants: TenantSettings = TenantSettings()
-    replies: ReplySettings = ReplySettings()
-    spark: SparkClusterSettings = SparkClusterSettings()
-    fidelity: FidelitySettings = FidelitySettings()
-    batching: BatchingSettings = BatchingSettings()
-    drill: DrillSettings = DrillSettings()
     gateway: GatewaySettings = GatewaySettings()
+    # Development tooling (DEVELOPMENT_SECTIONS): the local stack, the local Spark
+    # cluster, fault drills. No worker, router, job or gateway reads them.
+    stack: StackSettings = StackSettings()
+    spark: SparkClusterSettings = SparkClusterSettings()
+    drill: DrillSettings = DrillSettings()
 
     @classmethod
     def settings_customise_sources(
