@@ -33,9 +33,17 @@ log = logging.getLogger(__name__)
 
 
 def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedModel]) -> None:
-    """Rebalance hooks, the commit task, readiness and stats pages, metric sampling."""
-    ctx = shell.ctx
-    obs = ctx.settings.observability
+    """Rebalance hooks, the commit task, ticks, the SLA feed, pages and periodic loops."""
+    _add_rebalance_hooks(app, shell)
+    _add_commit_task(app, shell)
+    _add_ticks(app, shell, served)
+    _add_sla_feed(app, shell)
+    _add_pages(app, shell)
+    _add_loops(app, shell)
+
+
+def _add_rebalance_hooks(app: faust.App, shell: WorkerShell) -> None:
+    """A revocation commits what is done; an assignment starts a new epoch of the book."""
 
     async def on_revoked(_app: Any, revoked: set[FaustTP], **_: Any) -> None:
         await shell.offsets.on_revoked()
@@ -49,7 +57,7 @@ def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMod
             shell.joined = True
             log.info(
                 "worker %s joined group %s: %d partitions assigned",
-                ctx.worker_name,
+                shell.ctx.worker_name,
                 app.conf.id,
                 len(assigned),
             )
@@ -58,6 +66,8 @@ def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMod
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]
     app.on_partitions_assigned.connect(on_assigned)  # type: ignore[arg-type]
 
+
+def _add_commit_task(app: faust.App, shell: WorkerShell) -> None:
     @app.task
     async def commit_offsets() -> None:
         try:
@@ -65,29 +75,39 @@ def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMod
         finally:  # the app stops by cancelling its tasks
             shell.offsets.close()
 
-    if served and ctx.settings.worker.tick_interval_s > 0:
-        ticks = TickSource(served[0].model.any_entry().pair.id, ctx.worker_name)
 
-        # Heartbeats, so the SLA job closes quiet pairs' windows (never on translate.results).
-        @app.timer(interval=ctx.settings.worker.tick_interval_s)
-        async def publish_ticks() -> None:
-            with contextlib.suppress(TransientError):  # a missed tick is made up by the next
-                topic, key, value = ticks.record()
-                await shell.producer.send_all([Outgoing(topic, key, value, [], "tick")])
+def _add_ticks(app: faust.App, shell: WorkerShell, served: Sequence[ServedModel]) -> None:
+    """Heartbeats, so the SLA job closes quiet pairs' windows (never on translate.results)."""
+    interval_s = shell.ctx.settings.worker.tick_interval_s
+    if not served or interval_s <= 0:
+        return
+    ticks = TickSource(served[0].model.any_entry().pair.id, shell.ctx.worker_name)
 
+    @app.timer(interval=interval_s)
+    async def publish_ticks() -> None:
+        with contextlib.suppress(TransientError):  # a missed tick is made up by the next
+            topic, key, value = ticks.record()
+            await shell.producer.send_all([Outgoing(topic, key, value, [], "tick")])
+
+
+def _add_sla_feed(app: faust.App, shell: WorkerShell) -> None:
+    """The adaptive controllers' outer loop: the SLA job's windows of their pairs."""
     adaptive = [shaper for shaper in shell.shapers.values() if shaper.controller]
-    if adaptive:
-        sla = ctx.settings.sla
+    if not adaptive:
+        return
+    settings = shell.ctx.settings
 
-        @app.task
-        async def follow_sla_windows() -> None:
-            """The adaptive controllers' outer loop: the SLA job's windows of their pairs."""
+    def to_shapers(window: SlaWindow) -> None:
+        for shaper in adaptive:
+            shaper.add(window)
 
-            def to_shapers(window: SlaWindow) -> None:
-                for shaper in adaptive:
-                    shaper.add(window)
+    @app.task
+    async def follow_sla_windows() -> None:
+        await SlaFeed(settings.kafka, settings.sla.sink_topic, 0.0, SlaWindow, to_shapers).run()
 
-            await SlaFeed(ctx.settings.kafka, sla.sink_topic, 0.0, SlaWindow, to_shapers).run()
+
+def _add_pages(app: faust.App, shell: WorkerShell) -> None:
+    """The ready announcement, and the readiness and stats pages."""
 
     @app.task
     async def announce_ready() -> None:
@@ -96,7 +116,7 @@ def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMod
         details = shell.readiness()[1]
         log.info(
             "ready: worker %s (group %s) serving %s",
-            ctx.worker_name,
+            shell.ctx.worker_name,
             app.conf.id,
             "; ".join(f"{t} {p}" for t, p in details["assigned"].items())
             or "no partitions yet (more workers than partitions)",
@@ -111,17 +131,24 @@ def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMod
     async def stats_page(web: faust.web.View, request: faust.web.Request) -> faust.web.Response:
         return web.json(
             {
-                **ctx.stats.snapshot(),
+                **shell.ctx.stats.snapshot(),
                 "seeks": shell.offsets.seeks,
                 "replays_dropped": shell.offsets.replays_dropped,
             }
         )
 
+
+def _add_loops(app: faust.App, shell: WorkerShell) -> None:
+    """Stall checks, metric samples and the group check, for as long as the app runs.
+
+    Loops, not timers: a round that runs long (a loaded machine, a slow broker)
+    delays the next one instead of overlapping it (and filling the log with
+    mode's warnings).
+    """
+    ctx = shell.ctx
     cache_errors = metrics.TotalTracker(metrics.CACHE_ERRORS)
     cache_corrupt = metrics.TotalTracker(metrics.CACHE_CORRUPT)
 
-    # loops, not timers: a round that runs long (a loaded machine, a slow broker) delays
-    # the next one instead of overlapping it (and filling the log with mode's warnings)
     async def check_stalls() -> None:
         if shell.readiness()[0]:
             await shell.offsets.check_stalls(shell.input_partitions(), idle=shell.idle)
@@ -152,7 +179,7 @@ def add_lifecycle(app: faust.App, shell: WorkerShell, served: Sequence[ServedMod
             shell.unassigned = await asyncio.to_thread(assignment.unassigned, shell.subscription)
 
     _every(app, shell.offsets.reseek_s, check_stalls)
-    _every(app, obs.sample_interval_s, sample_metrics)
+    _every(app, ctx.settings.observability.sample_interval_s, sample_metrics)
     # soon after an assignment (readiness waits for it), then at the configured pace
     group_check_s = ctx.settings.worker.group_check_s
     _every(
