@@ -6,7 +6,9 @@ same model, a worker started on it, and the same requests spread evenly over
 the pairs. A worker batches by model, so with 64 pairs its micro-batches, engine
 calls, topics and agents should be those of one pair. Each step reports the
 throughput, the mean engine batch, the work topics and partitions the worker
-consumes, its resident memory and how long it took to be ready.
+consumes, its resident memory and how long it took to be ready. The first
+step runs again after the others, and the ratios are against the mean of its
+two runs: the machine drifts over a run.
 
 Two more steps, when asked for: a multilingual model (``models build-bench
 --languages 200``: 39,800 pairs in one registry table) started and loaded
