@@ -37,7 +37,7 @@ from pipeline.gateway.calls import (
 from pipeline.gateway.files import FileJobs
 from pipeline.gateway.languages import display_name
 from pipeline.gateway.service import TRACE_HEADERS, Gateway
-from pipeline.settings import Settings
+from pipeline.settings import GatewaySettings, Settings
 
 EXTENSION: dict[str, Any] = {"x-babelstream-extension": True}
 VERSION = "1.9.6-babelstream"  # LibreTranslate's API version it follows
@@ -300,6 +300,21 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
     )
     app.state.gateway = gateway
 
+    _add_error_handlers(app, gateway)
+    _add_text_routes(app, gateway, limits)
+    _add_file_routes(app, gateway, files, limits)
+    _add_misc_routes(app, gateway, files, limits)
+    _add_docs(app)
+    _with_schemas(
+        app, [TranslateBody, TranslateForm, DetectBody, SuggestBody, FileForm], _examples(gateway)
+    )
+    app.add_middleware(Cors)
+    return app
+
+
+def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
+    """Every error as LibreTranslate's ``{"error": ...}`` body, counted by status."""
+
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
         gateway.stats.count(exc.status)
@@ -315,9 +330,15 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
         where = ".".join(str(p) for p in first["loc"][1:]) or "request"
         return JSONResponse({"error": f"Invalid request: {where}: {first['msg']}"}, status_code=400)
 
-    async def _tenant(fields: dict[str, Any]) -> str:
-        key = fields.get("api_key")
-        return await gateway.tenant(key if isinstance(key, str) else None)
+
+async def _tenant(gateway: Gateway, fields: dict[str, Any]) -> str:
+    """The tenant of the call's ``api_key`` (refused when a key is required and unknown)."""
+    key = fields.get("api_key")
+    return await gateway.tenant(key if isinstance(key, str) else None)
+
+
+def _add_text_routes(app: FastAPI, gateway: Gateway, limits: GatewaySettings) -> None:
+    """Translate, fetch a result later, list the languages, detect the language."""
 
     @app.post(
         "/translate",
@@ -330,7 +351,7 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
     )
     async def translate(request: Request) -> JSONResponse:
         fields, is_json = await read_fields(request, limits.max_body_bytes)
-        tenant = await _tenant(fields)
+        tenant = await _tenant(gateway, fields)
         call = parse_translate(fields, is_json, limits, gateway.languages)
         body = await gateway.translate(call, tenant, _trace_headers(request))
         gateway.stats.count(200)
@@ -366,7 +387,7 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
     )
     async def detect(request: Request) -> list[DetectedLanguage]:
         fields, is_json = await read_fields(request, limits.max_body_bytes)
-        await _tenant(fields)
+        await _tenant(gateway, fields)
         if fields.get("q") in (None, "", []):
             raise missing("q")
         texts, as_list = parse_q(fields, is_json, limits)
@@ -377,6 +398,12 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
                 for d in found
             ]
         return [DetectedLanguage(**d) for d in gateway.ranked(texts[0])]
+
+
+def _add_file_routes(
+    app: FastAPI, gateway: Gateway, files: FileJobs, limits: GatewaySettings
+) -> None:
+    """Translate a file and download the result."""
 
     @app.post(
         "/translate_file",
@@ -402,7 +429,7 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
             raise ApiError(403, "Files translation are disabled on this server.")
         form = await request.form()
         fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
-        tenant = await _tenant(fields)
+        tenant = await _tenant(gateway, fields)
         upload = form.get("file")
         url = await files.translate(upload, fields, tenant, str(request.base_url))
         return FileAnswer(translatedFileUrl=url)
@@ -421,6 +448,12 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
         if not limits.files_translation:
             raise ApiError(400, "Files translation are disabled on this server.")
         return files.download(filename)
+
+
+def _add_misc_routes(
+    app: FastAPI, gateway: Gateway, files: FileJobs, limits: GatewaySettings
+) -> None:
+    """The frontend's settings, suggestions, health and this process's status."""
 
     @app.get("/frontend/settings", tags=["misc"], summary="Retrieve Frontend Settings")
     async def frontend_settings() -> dict[str, Any]:
@@ -474,6 +507,9 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
     async def gateway_status() -> dict[str, Any]:
         return dict(gateway.status())
 
+
+def _add_docs(app: FastAPI) -> None:
+    """Swagger UI on /docs, served from the installed bundle (no CDN)."""
     from swagger_ui_bundle import swagger_ui_path
 
     app.mount("/docs/static", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
@@ -489,12 +525,6 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
             swagger_css_url="/docs/static/swagger-ui.css",
             swagger_favicon_url="/docs/static/favicon-32x32.png",
         )
-
-    _with_schemas(
-        app, [TranslateBody, TranslateForm, DetectBody, SuggestBody, FileForm], _examples(gateway)
-    )
-    app.add_middleware(Cors)
-    return app
 
 
 def _examples(gateway: Gateway) -> dict[str, list[dict[str, Any]]]:
