@@ -7,7 +7,7 @@ import hashlib
 import logging
 import socket
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
 
@@ -19,6 +19,9 @@ from pipeline.engine.registry import ModelEntry, Registry
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 from pipeline.storage.cache import LruCache, RedisCache, TwoLevelCache
+
+if TYPE_CHECKING:  # the worker's modules import Faust: only once a worker starts
+    from workers.shell import ServedModel
 
 log = logging.getLogger(__name__)
 
@@ -128,12 +131,12 @@ def worker(
     ``kill -USR1 PID`` logs every thread's stack and every asyncio task (mode's handler).
     """
     from pipeline.detect import SourceDetector
-    from pipeline.engine.translator import CTranslate2Translator
+    from pipeline.fidelity.service import FidelityService
     from pipeline.observability.metrics import start_metrics_server
     from workers.app import create_app
     from workers.bootstrap import prepare, worker_topics
     from workers.faust_adapter import DrainingWorker
-    from workers.shell import ServedModel, WorkerContext
+    from workers.shell import WorkerContext
 
     registry = Registry.load(settings.engine.registry)
 
@@ -141,44 +144,13 @@ def worker(
         model = registry.model_for(pair)
         return model.model_id if model is not None else None
 
-    model_ids = _split(models)
-    pair_ids = _split(pairs)
-    if router_only:
-        if model_ids or pair_ids:
-            raise click.UsageError("--router-only serves no models; drop --models and --pairs")
-        served: list[ServedModel] = []
-        replicas = 1
-    else:
-        chosen = (
-            registry.models_for()
-            if models is None and pairs is None
-            else registry.models_for(model_ids, pair_ids)
-        )
-        translator = CTranslate2Translator.from_settings(
-            settings.engine, models=[m.model_id for m in chosen]
-        )
-        replicas = translator.inter_threads
-        served = [
-            ServedModel(
-                model,
-                f"{model.model_id}@{_fingerprint(model)}",
-                translator,
-                compute_type=translator.compute_type(model.any_entry().pair),
-            )
-            for model in chosen
-        ]
+    served, replicas = _served_models(settings, registry, models, pairs, router_only)
     w, obs = settings.worker, settings.observability
     web_port = _port(w.web_host, w.web_port, "BABELSTREAM_WORKER__WEB_PORT")
     if obs.metrics_port:
         _port(obs.metrics_host, obs.metrics_port, "BABELSTREAM_OBSERVABILITY__METRICS_PORT")
     names = sorted(m.name for m in served)
-    # Workers serving different model sets are different consumer groups.
-    if router_only:
-        app_id = "babelstream-router"
-    elif models is None and pairs is None:
-        app_id = "babelstream"
-    else:
-        app_id = "babelstream-" + _group_suffix(names)
+    app_id = _group_id(names, every_model=models is None and pairs is None, router_only=router_only)
     with_router = router or router_only
     instance_id = None
     if w.static_membership:
@@ -186,8 +158,6 @@ def worker(
         instance_id = f"{base}-{subscription_id(names, with_router)}"
         _lock = _lock_instance(w.data_dir / app_id, instance_id)
     cache = TwoLevelCache(LruCache(w.l1_cache_size), RedisCache(settings.redis))
-    from pipeline.fidelity.service import FidelityService
-
     ctx = WorkerContext(
         settings=settings,
         cache=cache,
@@ -228,6 +198,52 @@ def worker(
         runner.execute_from_commandline()
     except SystemExit as exc:
         raise SystemExit(shell.exit_code or exc.code) from None
+
+
+def _served_models(
+    settings: Settings,
+    registry: Registry,
+    models: str | None,
+    pairs: str | None,
+    router_only: bool,
+) -> tuple[list[ServedModel], int]:
+    """The models this worker translates with (every model of the registry unless
+    ``--models`` or ``--pairs`` choose), loaded; and the engine's replicas."""
+    from pipeline.engine.translator import CTranslate2Translator
+    from workers.shell import ServedModel
+
+    model_ids, pair_ids = _split(models), _split(pairs)
+    if router_only:
+        if model_ids or pair_ids:
+            raise click.UsageError("--router-only serves no models; drop --models and --pairs")
+        return [], 1
+    chosen = (
+        registry.models_for()
+        if models is None and pairs is None
+        else registry.models_for(model_ids, pair_ids)
+    )
+    translator = CTranslate2Translator.from_settings(
+        settings.engine, models=[m.model_id for m in chosen]
+    )
+    served = [
+        ServedModel(
+            model,
+            f"{model.model_id}@{_fingerprint(model)}",
+            translator,
+            compute_type=translator.compute_type(model.any_entry().pair),
+        )
+        for model in chosen
+    ]
+    return served, translator.inter_threads
+
+
+def _group_id(names: list[str], *, every_model: bool, router_only: bool) -> str:
+    """The consumer group: workers serving different model sets are different groups."""
+    if router_only:
+        return "babelstream-router"
+    if every_model:
+        return "babelstream"
+    return "babelstream-" + _group_suffix(names)
 
 
 def _split(values: str | None) -> list[str]:
