@@ -11,7 +11,7 @@ Two batch jobs, run with ``babelstream bulk spark-submit`` and
     Parquet under ``<bulk.state_dir>/<job>/spark-plan``) → one request per
     segment, keyed by content digest, with the CLI's deterministic request ids
     → minus segments that already have an ``ok`` result on
-    ``translate.results`` → Spark's Kafka sink on ``translate.bulk.<pair>``.
+    ``translate.results`` → Spark's Kafka sink on ``translate.work-bulk.<model>``.
     Running it again therefore publishes only what is missing; requests
     carry the contract's longest deadline (one hour), so feed corpora that
     take longer than that to translate in waves (``max_segments``).

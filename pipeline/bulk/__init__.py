@@ -3,7 +3,7 @@
 Documents are read (:mod:`~pipeline.bulk.readers`), cut into sentences that
 reassemble byte-for-byte (:mod:`~pipeline.bulk.segmenter`), published as
 requests with ids derived from (job, document, segment)
-(:mod:`~pipeline.bulk.requests`) to ``translate.bulk.<pair>``; results are
+(:mod:`~pipeline.bulk.requests`) to ``translate.work-bulk.<model>``; results are
 appended to a resumable job state (:mod:`~pipeline.bulk.state`) as they
 arrive (:mod:`~pipeline.bulk.runner`) and put back together in input order
 (:mod:`~pipeline.bulk.assemble`). ``jobs/bulk_spark.py`` does the same for

@@ -133,5 +133,5 @@ class RequestTemplate:
         )
 
     def record(self, request: TranslationRequest) -> tuple[bytes, bytes]:
-        """(key, value) for ``translate.bulk.<pair>``, keyed by content digest like the router."""
+        """(key, value) for ``translate.work-bulk.<model>``, keyed by digest like the router."""
         return request_digest(request, self.model_id).encode(), request.to_json()

@@ -265,7 +265,7 @@ def cancel(settings: Settings, job_id: str) -> None:
 @click.option("--domain", type=LABEL, default=None, help=DOMAIN_HELP)
 @_text_format_option
 @_glossary_option
-@click.option("--topic", default=None, help="Request topic [default: translate.bulk.<pair>].")
+@click.option("--topic", default=None, help="Request topic [default: translate.work-bulk.<model>].")
 @click.option(
     "--max-segments",
     type=click.IntRange(min=1),
