@@ -26,7 +26,7 @@ from pipeline.contract.messages import (
 from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
 from pipeline.errors import ContractError, LimitExceeded, StackError
 from pipeline.kafka.check import kafka_python_client
-from pipeline.kafka.replies import ReplyTopic
+from pipeline.kafka.reply_topics import ReplyTopic
 from pipeline.observability.tracing import (
     SPAN_SUBMIT,
     extract_context,

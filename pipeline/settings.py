@@ -328,7 +328,7 @@ class WorkerSettings(_Section):
     control_ready_wait_s: float = Field(10.0, gt=0)
     # A known-good text: when a step fails a batch with a fault it does not classify,
     # a canary request of it runs the same steps to tell a poison request from broken
-    # infrastructure (pipeline/steps/runner.py). canary_texts: per source language.
+    # infrastructure (pipeline/steps/batch_runner.py). canary_texts: per source language.
     canary_text: str = Field("Hello.", min_length=1)
     canary_texts: dict[str, str] = {}
     # how often the worker checks its group: that its consumer still takes part (else it

@@ -25,15 +25,15 @@ from pipeline.control.quarantine import QuarantineRegistry, apply_record
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import Translation
 from pipeline.kafka.records import Outgoing, Record
-from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.settings import LimitSettings, WorkerSettings
 from pipeline.steps.base import Batch, Item, RetryBudgetExhausted
+from pipeline.steps.batch_runner import BatchRunner, RetryHook, RetryPolicy
 from pipeline.steps.chains import translation_steps
 from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer
 from pipeline.steps.quota import Quotas
 from pipeline.steps.replies import ReplyCopies
-from pipeline.steps.runner import BatchRunner, RetryHook, RetryPolicy
 from pipeline.steps.translate import EngineRunner
 from pipeline.storage.cache import CachedTranslation, LruCache, RedisCache, TwoLevelCache
 from workers.stats import WorkerStats

@@ -23,9 +23,9 @@ from pipeline.control.fairness import DeficitRoundRobin, FairRounds, RoundPace
 from pipeline.kafka.offsets import Ticket
 from pipeline.observability import metrics
 from pipeline.steps.base import AgentCues
-from pipeline.steps.runner import BatchRunner
+from pipeline.steps.batch_runner import BatchRunner
 from workers.control import Held, held_of
-from workers.dedup import FaustDedupWindow
+from workers.dedup_table import FaustDedupWindow
 from workers.faust_adapter import (
     micro_batches,
 )

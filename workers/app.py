@@ -28,20 +28,20 @@ from pipeline.kafka.clients import faust_app_options
 from pipeline.observability import metrics
 from pipeline.routing import Router
 from pipeline.steps.base import Batch
+from pipeline.steps.batch_runner import BatchRunner, RetryPolicy
 from pipeline.steps.chains import routing_steps, translation_steps
 from pipeline.steps.isolation import canary_record
 from pipeline.steps.publish import Producer
 from pipeline.steps.replies import ReplyCopies
-from pipeline.steps.runner import BatchRunner, RetryPolicy
 from pipeline.steps.translate import EngineRunner
 from workers.agents import fair_agent, plain_agent
 from workers.control import Controls
-from workers.dedup import FaustDedupWindow
+from workers.dedup_table import FaustDedupWindow
 from workers.faust_adapter import (
     use_idempotent_producer,
 )
 from workers.lifecycle import add_lifecycle
-from workers.offsets import OffsetKeeper
+from workers.offset_keeper import OffsetKeeper
 from workers.producer import FaustProducer
 from workers.shell import ServedModel, WorkerContext, WorkerShell
 

@@ -6,7 +6,7 @@ so the feed is a plain aiokafka consumer with no group, assigned all of
 ``translate.cancel`` and ``translate.quarantine`` from their start, feeding
 the pure :class:`~pipeline.control.cancels.CancelRegistry` and
 :class:`~pipeline.control.quarantine.QuarantineRegistry`. The
-reply-topic listing backs :class:`~pipeline.kafka.replies.ReplyTopicCheck`.
+reply-topic listing backs :class:`~pipeline.kafka.reply_topics.ReplyTopicCheck`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pipeline.control.quotas import QuotaLimiter
 from pipeline.kafka.clients import aiokafka_options, kafka_python_options
 from pipeline.kafka.offsets import Ticket
 from pipeline.kafka.records import Outgoing
-from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.observability import metrics
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.steps.replies import ReplyCopies

@@ -28,7 +28,7 @@ API, and each use is here, with why:
   exit for its supervisor to restart it.
 
 The offset book itself is ``pipeline/kafka/offsets.py`` (pure logic) and
-``workers/offsets.py`` (seeks, the commit task); it reaches Faust only
+``workers/offset_keeper.py`` (seeks, the commit task); it reaches Faust only
 through :func:`commit_offsets` and :func:`tp_of` here.
 """
 

@@ -28,17 +28,17 @@ from pipeline.fidelity.service import FidelityService
 from pipeline.kafka.offsets import Ticket, TopicPartition
 from pipeline.settings import Settings
 from pipeline.steps.base import NO_CUES, AgentCues, RetryBudgetExhausted
+from pipeline.steps.batch_runner import BatchRunner
 from pipeline.steps.publish import Producer
-from pipeline.steps.runner import BatchRunner
 from pipeline.storage.cache import TwoLevelCache
-from workers.dedup import FaustDedupWindow
+from workers.dedup_table import FaustDedupWindow
 from workers.faust_adapter import (
     MembershipLease,
     assigned_partitions,
     record_of,
     tp_of,
 )
-from workers.offsets import OffsetKeeper
+from workers.offset_keeper import OffsetKeeper
 from workers.stats import WorkerStats
 
 log = logging.getLogger(__name__)

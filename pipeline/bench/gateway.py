@@ -34,7 +34,7 @@ from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
 from pipeline.settings import Settings
 from pipeline.stack.local_worker import WorkerProcess
-from pipeline.storage.redis import redis_client
+from pipeline.storage.redis_client import redis_client
 
 LOAD_DEADLINE_MS = 600_000
 

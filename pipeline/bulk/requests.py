@@ -106,7 +106,7 @@ class RequestTemplate:
     timeout_ms: int
     tenant: str | None = None
     domain: str | None = None
-    # the job's own results topic (see pipeline.kafka.replies)
+    # the job's own results topic (see pipeline.kafka.reply_topics)
     reply_to: str | None = None
     text_format: str = "text"
     glossary: str | None = None

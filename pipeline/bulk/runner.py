@@ -8,7 +8,7 @@ while the batches held for in-order assembly exceed ``bulk.window_bytes``.
 Results are stored in the job state as they arrive; a rerun of the same job
 publishes only the segments without an ``ok`` result, looked up one batch at
 a time. Results come back on a reply topic of the job's own
-(:mod:`pipeline.kafka.replies`), deleted when the run ends.
+(:mod:`pipeline.kafka.reply_topics`), deleted when the run ends.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pipeline.contract.messages import TranslationResult, now_ms
 from pipeline.contract.pairs import Pair, bulk_work_topic
 from pipeline.control.cancels import cancels_for, publish_cancels
 from pipeline.engine.registry import Registry
-from pipeline.kafka.replies import ReplyTopic
+from pipeline.kafka.reply_topics import ReplyTopic
 from pipeline.observability.progress import progress_bar
 from pipeline.settings import Settings
 

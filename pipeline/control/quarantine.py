@@ -1,7 +1,7 @@
 """Quarantined records: consumed records that no worker may process again.
 
 A worker quarantines a record that failed a step on its own and left the
-steps failing a canary request after it (``pipeline/steps/runner.py``): it
+steps failing a canary request after it (``pipeline/steps/batch_runner.py``): it
 publishes a :class:`~pipeline.contract.messages.QuarantineRecord` to
 ``translate.quarantine`` (compacted, keyed by ``<topic>:<partition>:<offset>``)
 with the record's original bytes. Every worker reads that topic whole into a

@@ -26,7 +26,7 @@ from typing import Any
 import redis
 
 from pipeline.settings import RedisSettings, TenantSettings
-from pipeline.storage.redis import redis_client
+from pipeline.storage.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 

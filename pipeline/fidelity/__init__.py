@@ -15,7 +15,7 @@ fidelity verdict. The submodules are pure (no Kafka, no Redis, no engine):
 * :mod:`~pipeline.fidelity.align` — placeholders put back by attention;
 * :mod:`~pipeline.fidelity.prepare` / :mod:`~pipeline.fidelity.restore` — the two halves;
 
-Around them: :mod:`~pipeline.fidelity.store` (glossaries in Redis, a worker's
+Around them: :mod:`~pipeline.fidelity.glossary_store` (glossaries in Redis, a worker's
 copy), :mod:`~pipeline.fidelity.drive` (running restorations against a
 translator) and :mod:`~pipeline.fidelity.service` (what a worker calls).
 

@@ -3,10 +3,10 @@
 One :class:`FidelityService` per worker. For each request, in order:
 
 1. :meth:`FidelityService.glossary` — the request's named glossary (from the
-   worker's :class:`~pipeline.fidelity.store.GlossaryCache`) merged with its
+   worker's :class:`~pipeline.fidelity.glossary_store.GlossaryCache`) merged with its
    inline terms; a named glossary that does not exist is an input error
    (reason ``glossary_not_found``), Redis being unreachable with no copy
-   held is transient (:class:`~pipeline.fidelity.store.GlossaryUnavailable`);
+   held is transient (:class:`~pipeline.fidelity.glossary_store.GlossaryUnavailable`);
 2. :meth:`FidelityService.digest` — the cache/dedup digest, which includes
    that glossary's version;
 3. :meth:`FidelityService.prepare` — the engine segments (malformed markup is
@@ -29,10 +29,10 @@ from pipeline.contract.pairs import Pair
 from pipeline.engine.translator import Translator
 from pipeline.fidelity.drive import TranslatorEngine, drive
 from pipeline.fidelity.glossary import Glossary, Term
+from pipeline.fidelity.glossary_store import GlossaryCache, GlossaryStore
 from pipeline.fidelity.markup import BadMarkup
 from pipeline.fidelity.prepare import FidelityConfig, Prepared, prepare
 from pipeline.fidelity.restore import Failed, Restoration, Restored
-from pipeline.fidelity.store import GlossaryCache, GlossaryStore
 from pipeline.settings import Settings
 
 

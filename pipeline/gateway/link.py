@@ -6,7 +6,7 @@ process finds it again) and reads it from the offset its group committed
 last, so results that arrived while it was down are read too. A result
 whose caller still waits resolves that caller's future; any other (its
 caller got a 504, or the process restarted since) goes to the
-:class:`~pipeline.gateway.store.ResultStore`, fetchable by id. Offsets are
+:class:`~pipeline.gateway.call_store.ResultStore`, fetchable by id. Offsets are
 committed only after those results are stored.
 
 The brokers are probed with a TCP connection every
@@ -35,10 +35,10 @@ from pydantic import ValidationError
 
 from pipeline.contract.messages import Headers, TranslationRequest, TranslationResult
 from pipeline.contract.pairs import REQUESTS_TOPIC
-from pipeline.gateway.store import ResultStore
+from pipeline.gateway.call_store import ResultStore
 from pipeline.kafka.clients import aiokafka_options
 from pipeline.kafka.reachability import split_address
-from pipeline.kafka.replies import ReplyTopic
+from pipeline.kafka.reply_topics import ReplyTopic
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -33,13 +33,13 @@ from pipeline.contract.messages import (
 from pipeline.control.quotas import QuotaLimiter
 from pipeline.detect import Detection, LanguageDetector
 from pipeline.engine.registry import Registry
+from pipeline.gateway.call_store import PendingCall, ResultStore
 from pipeline.gateway.calls import AUTO, ApiError, TranslateCall, answer, failure, over_limit
 from pipeline.gateway.keys import KeyLookup
 from pipeline.gateway.languages import Languages
 from pipeline.gateway.link import KafkaLink, KafkaUnavailable, reply_topic_name
-from pipeline.gateway.store import PendingCall, ResultStore
 from pipeline.settings import Settings
-from pipeline.storage.redis import async_redis_client
+from pipeline.storage.redis_client import async_redis_client
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

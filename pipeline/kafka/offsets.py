@@ -14,7 +14,7 @@ live consumer skips a range of records or stalls its commits (faust-streaming
 * a taken offset is *done* once its outputs are acknowledged; the committable
   position is the lowest offset taken but not done (or the next offset owed).
 
-This module is that book, as pure logic; ``workers/offsets.py`` connects it to
+This module is that book, as pure logic; ``workers/offset_keeper.py`` connects it to
 the consumer (lazy start from the committed offset, seeks and commits).
 """
 

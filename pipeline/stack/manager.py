@@ -22,7 +22,7 @@ from pipeline.stack.procs import (
     terminate,
     terminate_all,
 )
-from pipeline.stack.redis import RedisService
+from pipeline.stack.redis_server import RedisService
 from pipeline.stack.secure import ensure_secure_material
 from pipeline.stack.service import Probe, Reporter, Service, quiet
 from pipeline.stack.spark import spark_services

@@ -2,6 +2,6 @@
 
 ``chains.py`` composes them (decode → deadline → dedup → window → cache →
 engine → store → resolve → emit → publish); ``base.py`` holds the batch, its
-items and the two failure classes; ``runner.py`` runs a batch through the
+items and the two failure classes; ``batch_runner.py`` runs a batch through the
 steps and retries transient faults.
 """

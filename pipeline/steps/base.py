@@ -13,7 +13,7 @@ kept apart everywhere:
   runner retries the whole batch with backoff and nothing is committed past it.
 
 Anything else a step raises is a fault no step anticipated: the runner sets
-the request that causes it apart (``pipeline/steps/runner.py``), so it can
+the request that causes it apart (``pipeline/steps/batch_runner.py``), so it can
 never stop a pair. A step that writes outside the batch (Kafka, Redis,
 metrics, traces) or reads state kept per consumed record says so with a
 class attribute ``in_canary = False``: the runner's canary request skips it.

@@ -3,7 +3,7 @@
 Every path ends in one more step outside the chain, because it spans a
 batch's attempts and however its records ended (published, dead-lettered or
 set apart): *commit*. Once the runner returns, the worker's shell marks the
-batch's offsets done (``OffsetKeeper.done`` in ``workers/offsets.py``) and
+batch's offsets done (``OffsetKeeper.done`` in ``workers/offset_keeper.py``) and
 the offset book commits them, never past a record still in flight.
 """
 

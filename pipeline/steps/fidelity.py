@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from pipeline.contract.pairs import Pair
 from pipeline.engine.translator import Translation
 from pipeline.fidelity.drive import VocabularyAware, drive
+from pipeline.fidelity.glossary_store import GlossaryUnavailable
 from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
-from pipeline.fidelity.store import GlossaryUnavailable
 from pipeline.steps.base import Batch, BatchStats, Item, TransientError
 from pipeline.steps.in_flight import InFlightTexts
 from pipeline.steps.translate import EngineRejected, EngineRunner

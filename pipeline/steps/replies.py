@@ -7,7 +7,7 @@ import logging
 from typing import ClassVar
 
 from pipeline.kafka.records import Outgoing
-from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.observability import metrics
 from pipeline.steps.base import Batch
 from pipeline.steps.publish import Producer

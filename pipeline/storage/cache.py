@@ -22,7 +22,7 @@ from cachetools import LRUCache
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from pipeline.settings import RedisSettings
-from pipeline.storage.redis import redis_client
+from pipeline.storage.redis_client import redis_client
 
 log = logging.getLogger(__name__)
 

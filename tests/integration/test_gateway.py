@@ -26,7 +26,7 @@ from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import WorkerProcess
-from pipeline.storage.redis import redis_client
+from pipeline.storage.redis_client import redis_client
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.cli.main import main
-from pipeline.fidelity.store import GlossaryCache, GlossaryStore
+from pipeline.fidelity.glossary_store import GlossaryCache, GlossaryStore
 from pipeline.settings import load_settings
 
 pytestmark = pytest.mark.integration

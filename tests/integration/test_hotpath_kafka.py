@@ -21,7 +21,7 @@ from pipeline.contract.pairs import DLQ_TOPIC, QUARANTINE_TOPIC, RESULTS_TOPIC
 from pipeline.control.quotas import QuotaLimiter
 from pipeline.kafka.check import admin_client
 from pipeline.kafka.records import Outgoing
-from pipeline.kafka.replies import ReplyTopic
+from pipeline.kafka.reply_topics import ReplyTopic
 from pipeline.kafka.topics import ensure_named
 from pipeline.settings import Settings, TenantSettings, load_settings
 from pipeline.steps.base import TransientError

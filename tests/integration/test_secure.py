@@ -36,7 +36,7 @@ from pipeline.settings import PROJECT_ROOT, KafkaSettings, Settings
 from pipeline.stack import layout
 from pipeline.stack.secure import load_secrets
 from pipeline.storage.cache import CachedTranslation, RedisCache
-from pipeline.storage.redis import redis_client
+from pipeline.storage.redis_client import redis_client
 from tests.integration.helpers import TopicTail, spark_kafka_round_trip
 from tests.integration.stacks import running_stack
 

@@ -70,7 +70,7 @@ def test_topics_have_configured_partitions(stack: Endpoints) -> None:
 
 
 def test_redis_ping(stack: Endpoints) -> None:
-    from pipeline.storage.redis import redis_client
+    from pipeline.storage.redis_client import redis_client
 
     client = redis_client(stack.settings.redis)
     key = f"test:{uuid.uuid4().hex}"

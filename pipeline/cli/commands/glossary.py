@@ -14,7 +14,12 @@ from pipeline.contract.messages import DEFAULT_TENANT
 from pipeline.contract.pairs import Pair
 from pipeline.engine.registry import Registry
 from pipeline.errors import ContractError, ServiceUnavailable
-from pipeline.fidelity.store import GlossaryError, GlossaryStore, StoredGlossary, read_terms
+from pipeline.fidelity.glossary_store import (
+    GlossaryError,
+    GlossaryStore,
+    StoredGlossary,
+    read_terms,
+)
 from pipeline.settings import Settings
 
 T = TypeVar("T")

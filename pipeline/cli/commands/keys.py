@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def _store(settings: Settings) -> KeyStore:
     from pipeline.gateway.keys import KeyStore
-    from pipeline.storage.redis import redis_client
+    from pipeline.storage.redis_client import redis_client
 
     return KeyStore(redis_client(settings.redis), settings.redis.key_prefix)
 

@@ -9,10 +9,10 @@ import redis
 
 from pipeline.contract.messages import GlossaryTerm, TranslationRequest, TranslationResult
 from pipeline.fidelity.glossary import Term
+from pipeline.fidelity.glossary_store import GlossaryCache, GlossaryUnavailable, StoredGlossary
 from pipeline.fidelity.prepare import FidelityConfig
 from pipeline.fidelity.restore import Restored
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
-from pipeline.fidelity.store import GlossaryCache, GlossaryUnavailable, StoredGlossary
 from tests.fakes import FakeClock
 from tests.unit.fidelity_fakes import AligningPseudoTranslator
 

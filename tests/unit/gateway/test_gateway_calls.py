@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from pipeline.contract.messages import TranslationRequest, TranslationResult
+from pipeline.gateway.call_store import PendingCall
 from pipeline.gateway.calls import ApiError, answer, failure, parse_translate
 from pipeline.gateway.languages import Languages, display_name
 from pipeline.gateway.link import Waiters
-from pipeline.gateway.store import PendingCall
 from pipeline.settings import GatewaySettings
 
 LANGUAGES = Languages.of(

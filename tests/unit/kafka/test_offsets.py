@@ -137,7 +137,7 @@ def test_every_record_of_the_log_is_taken_once_in_order(
             consumer.seek(ledger.owed(TP))
             continue
         verdict, ticket = ledger.offer(TP, seen)
-        if verdict is Verdict.SEEK:  # what workers/offsets.py does: look at the log
+        if verdict is Verdict.SEEK:  # what workers/offset_keeper.py does: look at the log
             owed = ledger.owed(TP)
             first = next((o for o in log if o >= owed), None)
             if first is not None and first > owed:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from pipeline.kafka.replies import ReplyTopic, ReplyTopicCheck, ephemeral_name
+from pipeline.kafka.reply_topics import ReplyTopic, ReplyTopicCheck, ephemeral_name
 from pipeline.settings import KafkaSettings, ReplySettings
 
 

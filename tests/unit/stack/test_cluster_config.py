@@ -15,7 +15,7 @@ from pipeline.errors import StackError
 from pipeline.settings import KafkaSettings, Settings, StackSettings
 from pipeline.stack import layout
 from pipeline.stack.kafka import render_server_properties
-from pipeline.stack.redis import render_redis_conf
+from pipeline.stack.redis_server import render_redis_conf
 from pipeline.stack.secure import ensure_secure_material, load_secrets, service_secrets
 from pipeline.stack.tls import ensure_tls
 

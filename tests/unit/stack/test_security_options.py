@@ -19,7 +19,7 @@ from pipeline.kafka.clients import (
 )
 from pipeline.settings import KafkaSettings, RedisSettings
 from pipeline.stack.tls import ensure_tls
-from pipeline.storage.redis import redis_options
+from pipeline.storage.redis_client import redis_options
 
 PASSWORD = 'p"a\\ss-Ω'
 

@@ -19,7 +19,7 @@ from pipeline.settings import (
 from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
 from pipeline.stack.layout import node_ports
-from pipeline.stack.redis import render_redis_conf
+from pipeline.stack.redis_server import render_redis_conf
 
 
 def _props(text: str) -> dict[str, str]:

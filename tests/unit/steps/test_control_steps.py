@@ -11,7 +11,7 @@ from pipeline.contract.messages import TranslationRequest, now_ms
 from pipeline.contract.pairs import Pair
 from pipeline.control.cancels import CancelRegistry
 from pipeline.kafka.records import Outgoing, Record
-from pipeline.kafka.replies import ReplyTopicCheck
+from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.steps.base import Batch, TransientError
 from pipeline.steps.cancel import Cancel
 from pipeline.steps.replies import ReplyCopies

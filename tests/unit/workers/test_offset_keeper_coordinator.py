@@ -20,7 +20,7 @@ from kafka.structs import OffsetAndMetadata
 
 from pipeline.kafka.offsets import TopicPartition
 from pipeline.settings import KafkaSettings
-from workers.offsets import OffsetKeeper
+from workers.offset_keeper import OffsetKeeper
 
 PART = TopicPartition("translate.requests", 3)
 
@@ -49,7 +49,7 @@ def test_a_failed_lookup_drops_the_client_and_the_next_one_finds_the_coordinator
     stale = FakeAdmin(NotCoordinatorError("OffsetFetchResponse failed for group 'g'."))
     fresh = FakeAdmin({KafkaTP(PART.topic, PART.partition): OffsetAndMetadata(7, "", -1)})
     clients = iter([stale, fresh])  # a third client would raise StopIteration
-    monkeypatch.setattr("workers.offsets.admin_client", lambda _kafka, _role: next(clients))
+    monkeypatch.setattr("workers.offset_keeper.admin_client", lambda _kafka, _role: next(clients))
     keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
 
     with pytest.raises(NotCoordinatorError):
@@ -81,13 +81,13 @@ def test_close_releases_the_admin_client_and_the_probe_and_they_reopen_when_need
     admins = [FakeAdmin({}), FakeAdmin({})]
     consumers: list[FakeConsumer] = []
     opened = iter(admins)
-    monkeypatch.setattr("workers.offsets.admin_client", lambda _kafka, _role: next(opened))
+    monkeypatch.setattr("workers.offset_keeper.admin_client", lambda _kafka, _role: next(opened))
 
     def new_consumer(**options: object) -> FakeConsumer:
         consumers.append(FakeConsumer(**options))
         return consumers[-1]
 
-    monkeypatch.setattr("workers.offsets.KafkaConsumer", new_consumer)
+    monkeypatch.setattr("workers.offset_keeper.KafkaConsumer", new_consumer)
     keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
     keeper.committed_offsets([PART])
     assert keeper._probe.first_offset(PART, 0) == 4  # before the log start: deleted by retention

@@ -23,7 +23,7 @@ from faust.types import TP
 
 from pipeline.kafka.offsets import TopicPartition
 from pipeline.settings import KafkaSettings
-from workers.offsets import OffsetKeeper
+from workers.offset_keeper import OffsetKeeper
 
 PART = TopicPartition("translate.requests", 5)
 COMMITTED = 1

@@ -12,7 +12,7 @@ from pipeline.errors import StackError
 from pipeline.settings import RedisSettings, Settings
 from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
-from pipeline.storage.redis import redis_options
+from pipeline.storage.redis_client import redis_options
 
 HOST = "127.0.0.1"
 INSTALL_HINT = "install it with `sudo apt-get install -y redis-server` (Debian/Ubuntu)"

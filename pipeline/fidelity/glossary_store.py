@@ -30,7 +30,7 @@ import redis
 from pipeline.errors import EXIT_USAGE, BabelStreamError
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.settings import RedisSettings
-from pipeline.storage.redis import redis_client
+from pipeline.storage.redis_client import redis_client
 
 
 class GlossaryError(BabelStreamError):
