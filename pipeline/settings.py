@@ -308,6 +308,8 @@ class WorkerSettings(_Section):
     session_timeout_s: float = Field(10.0, ge=6.0, le=300.0)
     # offsets of finished batches are committed at most this often
     commit_interval_s: float = Field(0.5, gt=0)
+    # how long a look at a partition's log (does a skipped range hold records?) may take
+    log_probe_timeout_s: float = Field(5.0, gt=0)
     # a produced record not acknowledged within this is a transient fault
     produce_timeout_s: float = Field(30.0, gt=0)
     # transient faults: backoff between attempts of a batch, and for how long in all

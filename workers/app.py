@@ -91,7 +91,7 @@ def create_app(
         web_enabled=True,
     )
     use_idempotent_producer(app)
-    offsets = OffsetKeeper(app, s.kafka, app_id, w.commit_interval_s)
+    offsets = OffsetKeeper(app, s.kafka, app_id, w.commit_interval_s, w.log_probe_timeout_s)
     producer = FaustProducer(app, w.produce_timeout_s)
     shell = WorkerShell(app, ctx, offsets, producer)
     policy = RetryPolicy(w.retry_initial_s, w.retry_max_s, w.retry_budget_s)

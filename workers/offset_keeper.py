@@ -34,7 +34,12 @@ class OffsetKeeper:
     """Admits events in offset order, and commits only what is done."""
 
     def __init__(
-        self, app: faust.App, kafka: KafkaSettings, group: str, commit_interval_s: float
+        self,
+        app: faust.App,
+        kafka: KafkaSettings,
+        group: str,
+        commit_interval_s: float,
+        log_probe_timeout_s: float,
     ) -> None:
         self._app = app
         self._kafka = kafka
@@ -43,10 +48,11 @@ class OffsetKeeper:
         self.ledger = OffsetLedger()
         self._wanted = asyncio.Event()
         self._lock = asyncio.Lock()
-        self._probe = LogProbe(kafka)
+        self._probe = LogProbe(kafka, log_probe_timeout_s)
         self._admin: KafkaAdminClient | None = None
         self._admin_lock = threading.Lock()
         self._last_seek: dict[TopicPartition, float] = {}
+        # partitions are checked for skips and stalls at twice the commit pace (at least 1 s)
         self.reseek_s = max(1.0, 2 * commit_interval_s)
         # an idle partition with records past the owed offset for this long was skipped
         self._stall_s = 5 * self.reseek_s
@@ -294,7 +300,7 @@ class OffsetKeeper:
 class LogProbe:
     """Reads the log directly (its own consumer, no group) to see which offsets exist."""
 
-    def __init__(self, kafka: KafkaSettings, timeout_s: float = 5.0) -> None:
+    def __init__(self, kafka: KafkaSettings, timeout_s: float) -> None:
         self._kafka = kafka
         self._timeout_s = timeout_s
         self._consumer: KafkaConsumer | None = None

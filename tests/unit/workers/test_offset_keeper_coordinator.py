@@ -50,7 +50,7 @@ def test_a_failed_lookup_drops_the_client_and_the_next_one_finds_the_coordinator
     fresh = FakeAdmin({KafkaTP(PART.topic, PART.partition): OffsetAndMetadata(7, "", -1)})
     clients = iter([stale, fresh])  # a third client would raise StopIteration
     monkeypatch.setattr("workers.offset_keeper.admin_client", lambda _kafka, _role: next(clients))
-    keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5, 5.0)  # type: ignore[arg-type]
 
     with pytest.raises(NotCoordinatorError):
         keeper.committed_offsets([PART])
@@ -88,7 +88,7 @@ def test_close_releases_the_admin_client_and_the_probe_and_they_reopen_when_need
         return consumers[-1]
 
     monkeypatch.setattr("workers.offset_keeper.KafkaConsumer", new_consumer)
-    keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper = OffsetKeeper(SimpleNamespace(consumer=None), KafkaSettings(), "g", 0.5, 5.0)  # type: ignore[arg-type]
     keeper.committed_offsets([PART])
     assert keeper._probe.first_offset(PART, 0) == 4  # before the log start: deleted by retention
 

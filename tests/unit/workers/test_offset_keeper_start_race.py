@@ -51,7 +51,7 @@ def event(offset: int) -> Any:
 
 def test_a_late_lazy_start_does_not_rewind_a_partition_that_took_records() -> None:
     consumer = FakeConsumer()
-    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5, 5.0)  # type: ignore[arg-type]
     keeper._probe = SimpleNamespace(first_offset=lambda tp, offset: offset)  # type: ignore[assignment]
     first_lookup_started, release_first = threading.Event(), threading.Event()
     lookups = 0
@@ -88,7 +88,7 @@ def test_a_stall_check_during_a_broker_restart_is_skipped_not_fatal() -> None:
     from kafka.errors import NodeNotReadyError
 
     consumer = FakeConsumer()
-    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5, 5.0)  # type: ignore[arg-type]
     broker_up = False
 
     def committed_offsets(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
@@ -119,7 +119,7 @@ def test_a_commit_while_the_broker_is_away_is_retried_not_raised() -> None:
             return True
 
     consumer = Consumer()
-    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5)  # type: ignore[arg-type]
+    keeper = OffsetKeeper(SimpleNamespace(consumer=consumer), KafkaSettings(), "g", 0.5, 5.0)  # type: ignore[arg-type]
     keeper.committed_offsets = lambda tps: {tp: COMMITTED for tp in tps}  # type: ignore[method-assign]
 
     async def scenario() -> None:
