@@ -60,7 +60,7 @@ class WorkerProcess:
         group: int | None = None,
     ) -> None:
         """``group``: run the worker with this group id (and no other), e.g. so that a
-        firewall rule matching it can cut the worker off (``pipeline/drill/faults.py``)."""
+        firewall rule matching it can cut the worker off (``pipeline/drill/network.py``)."""
         self._settings = settings
         self._group = group
         self._log_path = log_path
