@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TRAIN_VENV := .venv-train
 
-.PHONY: install system-deps vendor up down status test test-unit test-integration test-chaos demo lint docs docs-serve train-env build-demo bench clean
+.PHONY: install system-deps vendor up down status test test-unit test-integration test-loaded test-chaos test-bench demo gpu-runtime lint docs docs-serve train-env build-demo bench clean
 
 install: $(STAMP) system-deps
 
@@ -53,17 +53,26 @@ down:
 status: install
 	$(BIN)/babelstream status
 
-# Unit tests need no services; integration tests share the one stack `up` starts.
+# Unit tests need no services and run in parallel (pytest-xdist, one process a core);
+# integration tests share the one stack `up` starts and run one after the other.
 # PYTEST_ARGS: extra pytest options (CI asks for the slowest tests' durations).
 PYTEST_ARGS ?=
+UNIT_WORKERS ?= auto
 test: install up
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not integration" -n $(UNIT_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
 
 test-unit: install
-	$(BIN)/pytest -m "not integration"
+	$(BIN)/pytest -m "not integration" -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 
 test-integration: install up
-	$(BIN)/pytest -m integration
+	$(BIN)/pytest -m integration $(PYTEST_ARGS)
+
+# The integration suite while spinning processes keep BURN_CORES cores busy, as on a
+# shared CI machine: its tests control timing instead of racing the clock, so they pass.
+BURN_CORES ?= 1
+test-loaded: install up
+	$(BIN)/pytest -m integration --burn-cores $(BURN_CORES) $(PYTEST_ARGS)
 
 # The chaos suite: a 3-broker cluster and workers of its own (beside the stack `up`
 # starts), one fault per scenario under paced traffic, every request reconciled;
@@ -71,8 +80,18 @@ test-integration: install up
 test-chaos: install
 	$(BIN)/pytest -m chaos $(PYTEST_ARGS)
 
+# Every `babelstream bench` command as a user types it, each at its smallest size
+# (bench.scale=0.01), on a stack of its own: a bench that crashes with its defaults.
+test-bench: install
+	$(BIN)/pytest -m bench $(PYTEST_ARGS)
+
 demo: install up
 	$(BIN)/python -m pipeline.cli.demo
+
+# GPU hosts: CUDA 12's cuBLAS for CTranslate2 (the `gpu` extra), checked at once.
+gpu-runtime: install
+	$(BIN)/pip install -q -e '.[gpu]'
+	$(BIN)/python -c "from pipeline.engine.gpu_runtime import load_cublas; s = load_cublas(); print('cuBLAS 12:', s.loaded_from or s.problem)"
 
 # This release's performance figures (each bench a few minutes; docs/performance/index.md).
 BENCH_PAIR ?= en_en-XB

@@ -220,6 +220,10 @@ class EngineSettings(_Section):
     registry: Path = PROJECT_ROOT / "models" / "registry.toml"
     # auto (a GPU when CTranslate2 sees one), cpu or cuda
     device: str = "auto"
+    # ctranslate2: the models translate. echo: each text comes back as it was sent and the
+    # model, loaded, is never called: what a run then costs is the pipeline's own
+    # (`babelstream bench hotpath`). Never for serving.
+    backend: Literal["ctranslate2", "echo"] = "ctranslate2"
     # model replicas (CTranslate2 inter_threads): engine calls that run at once. Unset:
     # 2 on a CPU of two cores or more, 1 on a GPU (threads()). With 2 or more a
     # worker's calls run side by side (1.9x one replica's throughput on 2 cores) and
@@ -251,6 +255,10 @@ class EngineSettings(_Section):
     # room (a request for a cold model waits for its load).
     max_loaded_models: int | None = Field(None, ge=1)
     max_loaded_bytes: int | None = Field(None, ge=1)
+    # While this file exists, no engine call starts: work is read ahead and waits, then
+    # runs in priority order once the file is removed. For tests and drills that must
+    # control timing (what arrives meanwhile meets in the same calls). Unset: no hold.
+    hold_file: Path | None = None
     # benchmark models (`babelstream models build-bench`) are registered here
     bench_registry: Path = PROJECT_ROOT / "var" / "models" / "bench" / "registry.toml"
 
@@ -762,8 +770,18 @@ class DrillSettings(_Section):
     cut_group: str = "babelstream-drill"
 
 
-# the sections only development tooling reads (``babelstream up``, ``spark up``, ``drill``)
-DEVELOPMENT_SECTIONS = frozenset({"stack", "spark", "drill"})
+class BenchSettings(_Section):
+    """Benchmarks (``babelstream bench``): how large their default workloads are."""
+
+    # The run time a bench's default request counts are sized for (from the model's
+    # measured call cost) is multiplied by this. 1: as documented (each bench a few
+    # minutes); CI's smoke run of every bench takes the smallest sizes with 0.01.
+    scale: float = Field(1.0, gt=0, le=1)
+
+
+# the sections only development tooling reads (``babelstream up``, ``spark up``, ``drill``,
+# ``bench``)
+DEVELOPMENT_SECTIONS = frozenset({"stack", "spark", "drill", "bench"})
 
 
 class Settings(BaseSettings):
@@ -793,10 +811,11 @@ class Settings(BaseSettings):
     dashboard: DashboardSettings = DashboardSettings()
     gateway: GatewaySettings = GatewaySettings()
     # Development tooling (DEVELOPMENT_SECTIONS): the local stack, the local Spark
-    # cluster, fault drills. No worker, router, job or gateway reads them.
+    # cluster, fault drills, benchmarks. No worker, router, job or gateway reads them.
     stack: StackSettings = StackSettings()
     spark: SparkClusterSettings = SparkClusterSettings()
     drill: DrillSettings = DrillSettings()
+    bench: BenchSettings = BenchSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -127,8 +127,11 @@ def fair_agent(
             max_held=tenants.max_deferred,
         )
         shell.holding.append(rounds)
+        held_gauge = HeldGauge(topic, rounds)
         server = asyncio.create_task(
-            _serve_rounds(shell, runner, window, rounds, topic, batch_size, RoundPace(max_round_s))
+            _serve_rounds(
+                shell, runner, window, rounds, held_gauge, batch_size, RoundPace(max_round_s)
+            )
         )
         server.add_done_callback(functools.partial(_rounds_ended, shell, topic))
         try:
@@ -136,6 +139,8 @@ def fair_agent(
                 admitted, tickets = await shell.admit(events)
                 if admitted:
                     await rounds.offer(await held(admitted, tickets))
+                    # also while every replica is busy and no round is being chosen
+                    held_gauge.update()
         finally:
             server.cancel()
 
@@ -154,16 +159,31 @@ def _rounds_ended(shell: WorkerShell, topic: str, task: asyncio.Task[None]) -> N
         shell.request_stop()
 
 
+class HeldGauge:
+    """``babelstream_fair_share_held`` of one topic: what its rounds hold, per tenant;
+    tenants seen before and holding nothing now read 0."""
+
+    def __init__(self, topic: str, rounds: FairRounds[Held]) -> None:
+        self.topic = topic
+        self._rounds = rounds
+        self._seen: set[str] = set()
+
+    def update(self) -> None:
+        held = self._rounds.held_by_tenant()
+        metrics.set_fair_share_held(self.topic, held, self._seen)
+        self._seen.update(held)
+
+
 async def _serve_rounds(
     shell: WorkerShell,
     runner: BatchRunner,
     window: FaustDedupWindow | None,
     rounds: FairRounds[Held],
-    topic: str,
+    held_gauge: HeldGauge,
     batch_size: Callable[[], int] | None,
     pace: RoundPace,
 ) -> None:
-    seen: set[str] = set()
+    topic = held_gauge.topic
 
     async def run_round(current: list[Held], cut: bool, hand_off: HandOffHook) -> None:
         started = time.monotonic()
@@ -207,6 +227,4 @@ async def _serve_rounds(
             current = [h for h in chosen if h.ticket.epoch == shell.offsets.ledger.epoch]
             if current:
                 in_flight.launch(functools.partial(run_round, current, cut))
-            held = rounds.held_by_tenant()
-            metrics.set_fair_share_held(topic, held, seen)
-            seen.update(held)
+            held_gauge.update()

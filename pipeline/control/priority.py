@@ -8,6 +8,10 @@ served within a priority. A running bulk call is never interrupted; it is
 bounded in time by the bulk take size. With two replicas or more, bulk holds
 all but one of them, so a bulk call in progress never delays interactive
 work: the replica it leaves free is interactive's (``bench interference``).
+
+A gate may be held (:class:`HoldFile`): while it is, no call starts, and the
+waiters are served in priority order once it is released. Tests and drills hold
+it to control timing: what arrives meanwhile is read ahead and waits together.
 """
 
 from __future__ import annotations
@@ -18,12 +22,30 @@ import inspect
 import itertools
 from collections import Counter
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 INTERACTIVE = 0
 BULK = 1
+
+
+class HoldFile:
+    """Holds the gate while a file exists (``engine.hold_file``): a hold that another
+    process (a test, a drill) sets and releases by creating and removing the file."""
+
+    def __init__(self, path: Path, poll_s: float = 0.05) -> None:
+        self.path = path
+        self._poll_s = poll_s
+
+    def active(self) -> bool:
+        return self.path.exists()
+
+    async def released(self) -> None:
+        """Return once the hold is released."""
+        while self.active():
+            await asyncio.sleep(self._poll_s)
 
 
 class PriorityGate:
@@ -33,7 +55,7 @@ class PriorityGate:
     of them when there are two or more (one when there is one).
     """
 
-    def __init__(self, replicas: int = 1) -> None:
+    def __init__(self, replicas: int = 1, hold: HoldFile | None = None) -> None:
         if replicas < 1:
             raise ValueError(f"replicas must be >= 1, not {replicas}")
         self._replicas = replicas
@@ -41,6 +63,8 @@ class PriorityGate:
         self._held: Counter[int] = Counter()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        self._hold = hold
+        self._watching: asyncio.Task[None] | None = None
 
     async def run(self, priority: int, work: Awaitable[T]) -> T:
         """Run ``work`` (an engine call) while holding the gate.
@@ -78,7 +102,7 @@ class PriorityGate:
 
     def _may_take(self, priority: int) -> bool:
         """Whether a call of ``priority`` may take a replica now."""
-        if sum(self._held.values()) >= self._replicas:
+        if self._held_back() or sum(self._held.values()) >= self._replicas:
             return False
         return priority != BULK or self._held[BULK] < self._bulk_replicas
 
@@ -89,12 +113,28 @@ class PriorityGate:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._waiters, (priority, next(self._order), future))
+        self._watch_hold()
         try:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self._release(priority)  # we were handed a replica while being cancelled
             raise
+
+    def _held_back(self) -> bool:
+        return self._hold is not None and self._hold.active()
+
+    def _watch_hold(self) -> None:
+        """While held with waiters, one task waits for the release to serve them."""
+        if self._hold is not None and self._watching is None and self._hold.active():
+            self._watching = asyncio.ensure_future(self._dispatch_on_release(self._hold))
+
+    async def _dispatch_on_release(self, hold: HoldFile) -> None:
+        try:
+            await hold.released()
+        finally:
+            self._watching = None
+        self._dispatch()
 
     def _release(self, priority: int) -> None:
         self._held[priority] -= 1
@@ -115,6 +155,8 @@ class PriorityGate:
             future.set_result(None)
         for waiter in passed:
             heapq.heappush(self._waiters, waiter)
+        if self._waiters:
+            self._watch_hold()
 
     @property
     def replicas(self) -> int:

@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,9 +59,11 @@ class WorkerProcess:
         probe_pair: Pair = DEMO_PAIR,
         instance_id: str | None = None,
         group: int | None = None,
+        hold_file: Path | None = None,
     ) -> None:
         """``group``: run the worker with this group id (and no other), e.g. so that a
-        firewall rule matching it can cut the worker off (``pipeline/drill/network.py``)."""
+        firewall rule matching it can cut the worker off (``pipeline/drill/network.py``).
+        ``hold_file``: the worker's ``engine.hold_file``, for :meth:`engine_held`."""
         self._settings = settings
         self._group = group
         self._log_path = log_path
@@ -73,8 +76,10 @@ class WorkerProcess:
             # stable across restarts of this process object (static membership)
             "BABELSTREAM_WORKER__INSTANCE_ID": instance_id or f"{socket.gethostname()}-{web_port}",
             "BABELSTREAM_OBSERVABILITY__METRICS_PORT": str(free_port()),
+            **({"BABELSTREAM_ENGINE__HOLD_FILE": str(hold_file)} if hold_file else {}),
             **(env or {}),
         }
+        self._hold_file = hold_file
         self.web_port = int(self._env["BABELSTREAM_WORKER__WEB_PORT"])
         self.metrics_port = int(self._env["BABELSTREAM_OBSERVABILITY__METRICS_PORT"])
         self.instance_id = self._env["BABELSTREAM_WORKER__INSTANCE_ID"]
@@ -184,6 +189,34 @@ class WorkerProcess:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.send_signal(signal.SIGUSR1)
                 time.sleep(settle_s)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Freeze the worker (SIGSTOP) for the block, then let it go on (SIGCONT).
+
+        Tests use it to control timing: what is sent meanwhile waits in Kafka, so it
+        reaches the worker together whatever the machine's load. Keep the block shorter
+        than the consumer session timeout, or the group rebalances (no loss, only delay).
+        """
+        if self._proc is None or self._proc.poll() is not None:
+            raise WorkerNotReady(f"worker not running; see {self._log_path}")
+        os.killpg(self._proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.killpg(self._proc.pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def engine_held(self) -> Iterator[None]:
+        """No engine call starts during the block (the worker's ``engine.hold_file``);
+        the worker goes on reading ahead, and what waits runs by priority afterwards."""
+        if self._hold_file is None:
+            raise WorkerNotReady("this worker was started without a hold file")
+        self._hold_file.touch()
+        try:
+            yield
+        finally:
+            self._hold_file.unlink(missing_ok=True)
 
     def kill(self) -> None:
         """Crash it: no graceful shutdown, no final commit."""

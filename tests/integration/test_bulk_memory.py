@@ -1,6 +1,6 @@
 """``bulk run`` memory stays flat as the corpus grows (real stack, real worker).
 
-Two generated corpora, 8 MB and 32 MB of text, run with a small in-flight
+Two generated corpora, 4 MB and 16 MB of text, run with a small in-flight
 cap and assembly window; the peak resident set of the ``bulk run`` process
 (its own rusage) must not grow with the input. Holding the corpus, its
 segments or its results in memory, as a non-streaming runner does, adds
@@ -22,10 +22,10 @@ from pipeline.stack.local_worker import DEMO_PAIR, WorkerProcess
 
 pytestmark = pytest.mark.integration
 
-SMALL_MB, LARGE_MB = 8, 32
-# the runner's bounds for this test: 4 MB assembly window, 200 segments (3.2 MB) in flight
-ENV = {"BABELSTREAM_BULK__WINDOW_BYTES": str(4 << 20)}
-ARGS = ("--max-in-flight", "200")
+SMALL_MB, LARGE_MB = 4, 16
+# the runner's bounds for this test: 2 MB assembly window, 100 segments (1.6 MB) in flight
+ENV = {"BABELSTREAM_BULK__WINDOW_BYTES": str(2 << 20)}
+ARGS = ("--max-in-flight", "100")
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +53,6 @@ def test_peak_memory_does_not_grow_with_the_corpus(worker: WorkerProcess, tmp_pa
         f"{large['corpus_mb']} MB corpus: {large['peak_rss_mb']} MB "
         f"({large['wall_s']} s)"
     )
-    # 4x the input (+24 MB of text) may add at most a fraction of one copy of it
-    assert growth < 16, (small, large)
+    # 4x the input (+12 MB of text, 48 MB as Python holds it) may add a fraction of one copy
+    assert growth < 10, (small, large)
     assert large["peak_rss_mb"] < 500

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 EN_XA = Pair("en", "en-XA")
 GROUP = "babelstream"
-COUNT, RATE, FAULT_AT = 1500, 50.0, 500
+COUNT, RATE, FAULT_AT = 1500, 100.0, 500
 RESULT_BOUND_S = 120.0
 COMMIT_BOUND_S = 60.0
 

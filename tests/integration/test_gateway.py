@@ -226,21 +226,37 @@ def test_a_list_is_one_request_per_text_in_order(gateway: GatewayProcess) -> Non
 def test_concurrent_single_text_calls_meet_in_engine_batches(
     gateway: GatewayProcess, worker: WorkerProcess
 ) -> None:
+    """48 concurrent one-text calls are all in flight at once and meet in engine calls.
+
+    The worker is frozen until the gateway has produced every call's text, so the
+    outcome does not hang on how the client threads get the CPU: the gateway takes
+    concurrent calls without serialising them, and texts that wait together share
+    engine calls. How many meet under free-running load is a figure of
+    ``babelstream bench gateway``, not of this test.
+    """
     before = worker.stats()["engine_batch_sizes"]
     texts = [f"Concurrent call {uuid.uuid4().hex[:6]} number {n}" for n in range(48)]
+    produced_before = (gateway.status() or {})["produced"]
     with concurrent.futures.ThreadPoolExecutor(48) as pool:
-        answers = list(
-            pool.map(
-                lambda t: post(
-                    gateway, "/translate", data={"q": t, "source": "en", "target": "en-XA"}
-                ),
-                texts,
-            )
-        )
-    assert all(a.status_code == 200 for a in answers)
+        with worker.paused():
+            calls = [
+                pool.submit(
+                    post, gateway, "/translate", data={"q": t, "source": "en", "target": "en-XA"}
+                )
+                for t in texts
+            ]
+            deadline = time.monotonic() + 60
+            while (gateway.status() or {}).get("produced", 0) - produced_before < len(texts):
+                assert time.monotonic() < deadline, gateway.status()
+                assert not any(call.done() for call in calls), "answered while the worker froze"
+                time.sleep(0.05)
+        answers = [call.result() for call in calls]
+    assert [a.status_code for a in answers] == [200] * len(texts)
+    assert [a.json()["translatedText"] for a in answers] == [to_pseudo(t) for t in texts]
     after = worker.stats()["engine_batch_sizes"]
     sizes = {int(k): v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0) > 0}
-    # 48 texts in far fewer engine calls (the demo model is quick: calls stay small)
+    assert sum(k * v for k, v in sizes.items()) == len(texts), sizes
+    # queued together, 48 texts take a few calls (one per replica and token budget)
     assert sum(sizes.values()) <= len(texts) / 3, sizes
 
 
@@ -305,7 +321,7 @@ def test_a_restart_loses_no_accepted_call(
         assert (second.status() or {})["produced"] == 0
 
 
-def test_kafka_unreachable_answers_503_within_a_second(
+def test_kafka_unreachable_answers_503_without_waiting_to_produce(
     settings: Settings, files_dir: Path, instance: str
 ) -> None:
     env = {
@@ -317,7 +333,8 @@ def test_kafka_unreachable_answers_503_within_a_second(
     ) as down:
         began = time.monotonic()
         answer = post(down, "/translate", json={"q": "Hello", "source": "en", "target": "en-XA"})
-        assert time.monotonic() - began < 1.0
+        # refused from the link's state: a produce attempt would wait produce_timeout_s
+        assert time.monotonic() - began < settings.gateway.produce_timeout_s
         assert answer.status_code == 503
         assert answer.headers["Retry-After"] == "1"
         assert "Kafka" in answer.json()["error"]

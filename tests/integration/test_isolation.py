@@ -103,11 +103,10 @@ def test_a_request_a_step_fails_on_ends_alone_and_its_offset_is_committed(
     texts = [f"Isolation {marker} sentence {i}." for i in range(20)]
     texts[7] = f"Isolation {marker} {POISON} sentence."
     letters = TopicTail(settings.kafka, DLQ_TOPIC)
-    began = time.monotonic()
+    retried_before = worker.stats()["retried_attempts"]
     requests = build_requests(texts, DEMO_PAIR, RequestOptions(timeout_ms=120_000))
     with TranslationClient(settings.kafka, settings.limits, replies=settings.replies) as client:
         replies = client.translate(requests, timeout_s=60)
-    answered_s = time.monotonic() - began
     results = replies.ordered
     assert all(r is not None for r in results)
     poisoned = results[7]
@@ -115,7 +114,8 @@ def test_a_request_a_step_fails_on_ends_alone_and_its_offset_is_committed(
     assert (poisoned.status, poisoned.reason) == ("error", "internal_error")
     assert "LookupError" in (poisoned.error or "") and "Traceback" not in (poisoned.error or "")
     assert [r.status for i, r in enumerate(results) if i != 7 and r] == ["ok"] * 19
-    assert answered_s < 30, f"the batch was not held back ({answered_s:.1f}s)"
+    # set apart by bisection within the attempt: the batch was not retried (held back)
+    assert worker.stats()["retried_attempts"] == retried_before
 
     def ours(records: list[object]) -> list[DeadLetter]:
         found = [DeadLetter.from_json(r.value) for r in records]  # type: ignore[attr-defined]
@@ -124,8 +124,8 @@ def test_a_request_a_step_fails_on_ends_alone_and_its_offset_is_committed(
     (letter,) = ours(letters.read_until(lambda rs: bool(ours(rs)), timeout_s=30))
     assert "Traceback" in letter.error and "LookupError" in letter.error
     assert json.loads(letter.value or "{}")["request_id"] == requests[7].request_id
-    # the partition's committed offset passes the poisoned record within seconds
-    deadline = time.monotonic() + 10
+    # the partition's committed offset passes the poisoned record soon after (a bound, not a figure)
+    deadline = time.monotonic() + 60
     while committed(settings, letter.source_topic, letter.partition) <= letter.offset:
         assert time.monotonic() < deadline, "the poisoned record's offset was not committed"
         time.sleep(0.25)

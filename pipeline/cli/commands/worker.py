@@ -7,14 +7,14 @@ import hashlib
 import logging
 import socket
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
 from pipeline.cli.commands.options import refuse_router_contradiction
 from pipeline.contract.digest import files_fingerprint
 from pipeline.contract.pairs import Pair
-from pipeline.control.priority import PriorityGate
+from pipeline.control.priority import HoldFile, PriorityGate
 from pipeline.engine.registry import ModelEntry, Registry
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
@@ -144,7 +144,7 @@ def worker(
         model = registry.model_for(pair)
         return model.model_id if model is not None else None
 
-    served, replicas = _served_models(settings, registry, models, pairs, router_only)
+    served, replicas, engine_in_use = _served_models(settings, registry, models, pairs, router_only)
     w, obs = settings.worker, settings.observability
     web_port = _port(w.web_host, w.web_port, "BABELSTREAM_WORKER__WEB_PORT")
     if obs.metrics_port:
@@ -161,8 +161,9 @@ def worker(
     ctx = WorkerContext(
         settings=settings,
         cache=cache,
-        gate=PriorityGate(replicas),
+        gate=PriorityGate(replicas, _engine_hold(settings)),
         fidelity=FidelityService.from_settings(settings),
+        engine=engine_in_use,
     )
     app, shell = create_app(
         ctx,
@@ -206,9 +207,10 @@ def _served_models(
     models: str | None,
     pairs: str | None,
     router_only: bool,
-) -> tuple[list[ServedModel], int]:
+) -> tuple[list[ServedModel], int, dict[str, Any]]:
     """The models this worker translates with (every model of the registry unless
-    ``--models`` or ``--pairs`` choose), loaded; and the engine's replicas."""
+    ``--models`` or ``--pairs`` choose), loaded; the engine's replicas; and what the
+    engine runs on (device, compute types: readiness and ``status`` show it)."""
     from pipeline.engine.translator import CTranslate2Translator
     from workers.shell import ServedModel
 
@@ -216,7 +218,7 @@ def _served_models(
     if router_only:
         if model_ids or pair_ids:
             raise click.UsageError("--router-only serves no models; drop --models and --pairs")
-        return [], 1
+        return [], 1, {}
     chosen = (
         registry.models_for()
         if models is None and pairs is None
@@ -234,7 +236,7 @@ def _served_models(
         )
         for model in chosen
     ]
-    return served, translator.inter_threads
+    return served, translator.inter_threads, translator.in_use()
 
 
 def _group_id(names: list[str], *, every_model: bool, router_only: bool) -> str:
@@ -256,3 +258,9 @@ def _group_suffix(models: list[str]) -> str:
     if len(joined) <= 120:
         return joined
     return hashlib.blake2b(joined.encode(), digest_size=8).hexdigest()
+
+
+def _engine_hold(settings: Settings) -> HoldFile | None:
+    """The engine's hold (``engine.hold_file``), when one is set."""
+    path = settings.engine.hold_file
+    return HoldFile(path) if path is not None else None

@@ -7,10 +7,11 @@ import contextlib
 import random
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
+from pipeline.control.priority import BULK, INTERACTIVE, HoldFile, PriorityGate
 
 
 async def _run_order() -> list[str]:
@@ -195,3 +196,59 @@ def test_the_share_of_each_priority() -> None:
     assert (PriorityGate(1).share(INTERACTIVE), PriorityGate(1).share(BULK)) == (1, 1)
     assert (PriorityGate(2).share(INTERACTIVE), PriorityGate(2).share(BULK)) == (2, 1)
     assert PriorityGate(3).replicas == 3 and PriorityGate(3).share(BULK) == 2
+
+
+def test_a_held_gate_starts_nothing_then_serves_its_waiters_by_priority(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        gate = PriorityGate(2, HoldFile(hold, poll_s=0.01))
+        order: list[str] = []
+
+        async def work(name: str) -> None:
+            order.append(name)
+            await asyncio.sleep(0.01)
+
+        names = ["bulk-1", "interactive-1", "bulk-2", "interactive-2"]
+        tasks = [
+            asyncio.create_task(gate.run(BULK if n.startswith("bulk") else INTERACTIVE, work(n)))
+            for n in names
+        ]
+        await asyncio.sleep(0.1)
+        while_held = list(order)
+        assert gate.waiting == len(names)
+        hold.unlink()
+        await asyncio.gather(*tasks)
+        return while_held, order
+
+    while_held, order = asyncio.run(asyncio.wait_for(scenario(), 5))
+    assert while_held == []
+    assert order == ["interactive-1", "interactive-2", "bulk-1", "bulk-2"]
+
+
+def test_a_gate_held_while_a_call_runs_serves_the_next_once_released(tmp_path: Path) -> None:
+    hold = tmp_path / "hold"
+
+    async def scenario() -> list[str]:
+        gate = PriorityGate(1, HoldFile(hold, poll_s=0.01))
+        release = asyncio.Event()
+        order: list[str] = []
+
+        async def work(name: str) -> None:
+            order.append(name)
+
+        running = asyncio.create_task(gate.run(BULK, release.wait()))
+        await asyncio.sleep(0)
+        waiter = asyncio.create_task(gate.run(INTERACTIVE, work("next")))
+        await asyncio.sleep(0)
+        hold.touch()
+        release.set()  # the replica frees while the gate is held
+        await running
+        await asyncio.sleep(0.05)
+        assert order == []
+        hold.unlink()
+        await waiter
+        return order
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 5)) == ["next"]
