@@ -1,6 +1,10 @@
 # The babelstream image: router, workers, the Spark SLA job and the dashboard
 # (docker-compose.yml runs each as a service with a different command).
+# The GPU image: `docker build --build-arg EXTRAS=gpu -t babelstream:gpu .` adds CUDA 12's
+# cuBLAS from the nvidia-cublas-cu12 wheel (CTranslate2's wheels need it; the host's NVIDIA
+# driver, any CUDA 12 or later, comes in through the NVIDIA container toolkit).
 FROM python:3.11-slim-bookworm
+ARG EXTRAS=
 
 # Java for Spark (pyspark 4.x needs 17+); Maven fetches the Kafka connector
 # jars at build time, as `babelstream up` does locally.
@@ -17,7 +21,7 @@ COPY schemas schemas
 COPY stack stack
 COPY models models
 # Editable, so the registry (models/registry.toml) and poms resolve under /app.
-RUN pip install --no-cache-dir -e .
+RUN pip install --no-cache-dir -e ".${EXTRAS:+[$EXTRAS]}"
 
 ENV BABELSTREAM_STACK__HOME=/var/babelstream \
     BABELSTREAM_WORKER__DATA_DIR=/var/babelstream/faust \

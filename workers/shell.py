@@ -73,6 +73,8 @@ class WorkerContext:
     stats: WorkerStats = field(default_factory=WorkerStats)
     # markup, placeholders and glossaries (pipeline/fidelity); None: plain text only
     fidelity: FidelityService | None = None
+    # what the engine runs on (CTranslate2Translator.in_use), shown by readiness and status
+    engine: dict[str, Any] = field(default_factory=dict)
 
 
 class WorkerShell:
@@ -283,6 +285,8 @@ class WorkerShell:
             # knows the group rebalanced, and uncommitted work was read again
             "epoch": self.offsets.ledger.epoch,
         }
+        if self.ctx.engine:
+            details["engine"] = self.ctx.engine
         isolated = {n: r.health.isolated for n, r in self.runners.items() if r.health.isolated}
         if isolated:
             details["isolated"] = isolated

@@ -92,6 +92,18 @@ def readiness(probe: HttpProbe) -> str:
     return f"no readiness page (HTTP {probe.status})"
 
 
+def engine_in_use(probe: HttpProbe) -> str | None:
+    """What a worker's engine runs on, in words (``cuda float16, 4 replicas``), from its
+    readiness page; None when it does not say (a router, an older worker)."""
+    body = probe.body if isinstance(probe.body, dict) else {}
+    engine = body.get("engine")
+    if not isinstance(engine, dict) or "device" not in engine:
+        return None
+    types = sorted(set((engine.get("compute_types") or {}).values())) or ["unknown"]
+    replicas = engine.get("replicas", "?")
+    return f"{engine['device']} {'/'.join(types)}, {replicas} replica{'' if replicas == 1 else 's'}"
+
+
 def _ranges(partitions: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``."""
     out: list[str] = []
@@ -108,16 +120,15 @@ def worker_status(group: Group, timeout_s: float) -> ComponentStatus:
     members = []
     ready = 0
     for m in group.members:
-        state = (
-            readiness(http_probe(f"{m.url}/babelstream/ready", timeout_s))
-            if m.url
-            else ("not a Faust worker")
-        )
+        probe = http_probe(f"{m.url}/babelstream/ready", timeout_s) if m.url else None
+        state = readiness(probe) if probe is not None else "not a Faust worker"
+        engine = engine_in_use(probe) if probe is not None else None
         ready += state == "ready"
-        members.append({**m.to_dict(), "readiness": state})
+        members.append({**m.to_dict(), "readiness": state, "engine": engine})
     total_lag = sum(group.lag.values())
     lines = [
         f"\n    member {m['client_id']} at {m['url'] or m['host']}: {m['readiness']}; "
+        + (f"engine {m['engine']}; " if m["engine"] else "")
         + ", ".join(f"{topic} {_ranges(ps)}" for topic, ps in m["assigned"].items())
         for m in members
     ]

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import ctranslate2
 import numpy as np
@@ -61,6 +61,7 @@ from pipeline.contract.digest import files_fingerprint
 from pipeline.contract.pairs import Pair
 from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.costs import DEFAULT_COST, CostModel
+from pipeline.engine.gpu_runtime import load_cublas
 from pipeline.engine.profile import (
     EngineProfile,
     ProfileCache,
@@ -168,12 +169,29 @@ class Translator(Protocol):
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when CTranslate2 sees a GPU, else ``cpu``."""
+    """``auto`` -> ``cuda`` when CTranslate2 sees a GPU it can use, else ``cpu``.
+
+    A GPU is usable once cuBLAS 12 loads (:mod:`pipeline.engine.gpu_runtime`): when it
+    does not, ``cuda`` is refused and ``auto`` falls back to the CPU, each with one line
+    naming the fix, instead of an error at the first batch.
+    """
     if device not in DEVICES:
         raise ConfigError(f"unknown device {device!r}; choose one of {', '.join(DEVICES)}")
-    if device != "auto":
+    if device == "cpu":
         return device
-    return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+    if ctranslate2.get_cuda_device_count() == 0:
+        if device == "cuda":
+            raise ConfigError("engine.device=cuda, but CTranslate2 sees no GPU on this host")
+        return "cpu"
+    cublas = load_cublas()
+    if cublas.problem is not None:
+        if device == "cuda":
+            raise ConfigError(f"a GPU is visible but the engine cannot use it: {cublas.problem}")
+        log.warning(
+            "a GPU is visible but the engine cannot use it: %s; using the CPU", cublas.problem
+        )
+        return "cpu"
+    return "cuda"
 
 
 def resolve_compute_type(compute_type: str, device: str) -> str:
@@ -361,7 +379,8 @@ class CTranslate2Translator(Translator):
         registry = Registry.load(settings.registry)
         device = resolve_device(settings.device)
         replicas, per_replica = settings.threads(device)
-        return cls(
+        kind = EchoTranslator if settings.backend == "echo" else cls
+        return kind(
             registry.models_for(models, pairs),
             device=device,
             compute_type=settings.compute_type,
@@ -375,6 +394,21 @@ class CTranslate2Translator(Translator):
             max_loaded_models=settings.max_loaded_models,
             max_loaded_bytes=settings.max_loaded_bytes,
         )
+
+    def in_use(self) -> dict[str, Any]:
+        """What the engine runs on, for readiness and ``status``: device, replicas, threads
+        per replica, each model's compute type, and where cuBLAS came from on a GPU."""
+        described: dict[str, Any] = {
+            "device": self.device,
+            "replicas": self.inter_threads,
+            "threads_per_replica": self.intra_threads,
+            "compute_types": {
+                m.model_id: self.compute_type(m.any_entry().pair) for m in self.models
+            },
+        }
+        if self.device == "cuda":
+            described["cublas"] = load_cublas().loaded_from
+        return described
 
     @property
     def models(self) -> list[ModelEntry]:
@@ -728,6 +762,19 @@ class CTranslate2Translator(Translator):
                 return loaded
         served = ", ".join(sorted(self._models))
         raise EngineError(f"pair {pair.id} is not served here (models: {served})")
+
+
+class EchoTranslator(CTranslate2Translator):
+    """Answers each text with its own source tokens and never calls the model
+    (``engine.backend = "echo"``): a deterministic engine at near-zero cost, so a run
+    measures what the pipeline itself costs (``babelstream bench hotpath``).
+
+    Everything around the model call is the real translator's: tokenising, cutting
+    long texts, the batching plan, detokenising.
+    """
+
+    def run(self, call: EngineCall) -> list[list[str]]:
+        return [list(source) for source in call.sources]
 
 
 def _stop_at_own_length(

@@ -9,12 +9,11 @@ another worker consumes the pair.
 
 from __future__ import annotations
 
-import math
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -22,6 +21,9 @@ from pipeline.cli.commands.options import Duration
 from pipeline.cli.main import LazyGroup
 from pipeline.settings import Settings
 from pipeline.stack.local_worker import DEMO_PAIR
+
+if TYPE_CHECKING:
+    from pipeline.contract.pairs import Pair
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -112,23 +114,22 @@ class _Context:
 
 
 def _sizes(
-    translator: Any, pair: Any, n: int | None, seconds: float, *, one_at_a_time: bool = False
+    settings: Settings,
+    translator: Any,
+    pair: Pair,
+    n: int | None,
+    seconds: float,
+    *,
+    one_at_a_time: bool = False,
 ) -> int:
-    """``n``, or as many requests as the engine handles in about ``seconds``.
-
-    Estimated from the model's measured call cost on texts of the bench
-    workload, in calls of 32 on every replica at once (or of one, one at a
-    time); at least 100 (20 one at a time), at most 2,000.
-    """
+    """``n``, or as many requests as the engine handles in about ``seconds`` (times the
+    ``bench.scale`` setting)."""
     if n is not None:
         return n
-    from pipeline.bench.workload import make_texts
+    from pipeline.bench.sizing import requests_for
 
-    sample = translator.prepare(make_texts(100, 0.0, seed=99), pair)
-    mean = math.ceil(sum(p.tokens for p in sample) / len(sample))
-    batch, lo, side_by_side = (1, 20, 1) if one_at_a_time else (32, 100, translator.inter_threads)
-    per_text: float = translator.cost_model(pair).seconds(batch, mean) / batch / side_by_side
-    return max(lo, min(2000, math.floor(seconds / per_text)))
+    scaled = seconds * settings.bench.scale
+    return requests_for(translator, pair, scaled, one_at_a_time=one_at_a_time)
 
 
 @bench.command()
@@ -248,7 +249,9 @@ def _single_command(name: str, help_text: str, *, naive: bool) -> None:
         ctx = _Context(settings, pair_id)
         # sized to run about a minute (naive: one at a time) or half a minute (batched)
         seconds = 60.0 if naive else 30.0
-        n = _sizes(ctx.translator(), ctx.target.entry.pair, n, seconds, one_at_a_time=naive)
+        n = _sizes(
+            ctx.settings, ctx.translator(), ctx.target.entry.pair, n, seconds, one_at_a_time=naive
+        )
         texts = make_texts(n, repeat_ratio)
         if naive:
             figures = measure_naive(ctx.settings, ctx.target, texts, rate)
@@ -312,8 +315,10 @@ def compare(
         ctx.settings.kafka, ctx.target.entry.model_id, grace_s=ctx.settings.worker.session_timeout_s
     )
     translator = ctx.translator()
-    n = _sizes(translator, pair, n, 30.0)
-    n_naive = min(n, _sizes(translator, pair, naive_requests, 60.0, one_at_a_time=True))
+    n = _sizes(ctx.settings, translator, pair, n, 30.0)
+    n_naive = min(
+        n, _sizes(ctx.settings, translator, pair, naive_requests, 60.0, one_at_a_time=True)
+    )
     texts = make_texts(n, repeat_ratio)
     distinct = list(dict.fromkeys(texts))
     batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget, cost=translator.cost_model(pair))
@@ -402,7 +407,7 @@ def curve(
 
     ctx = _Context(settings, pair_id)
     fractions = [float(x) for x in levels.split(",")]
-    n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0)
+    n_sat = _sizes(ctx.settings, ctx.translator(), ctx.target.entry.pair, None, 20.0)
     points = []
     with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
         saturation = measure_e2e(ctx.settings, ctx.target, worker, make_texts(n_sat, 0.0, seed=50))
@@ -472,7 +477,7 @@ def adaptive(
     ctx = _Context(settings, pair_id)
     objective = p95_ms or ctx.settings.batching.objective_ms(pair_id)
     fractions = [float(x) for x in phases.split(",")]
-    n_sat = _sizes(ctx.translator(), ctx.target.entry.pair, None, 20.0)
+    n_sat = _sizes(ctx.settings, ctx.translator(), ctx.target.entry.pair, None, 20.0)
     w = ctx.settings.worker
     configs: dict[str, dict[str, str]] = {
         "static_default": {},

@@ -61,7 +61,7 @@ def gateway(
     from pipeline.gateway.process import GatewayProcess
 
     ctx = _Context(settings, pair_id)
-    n = _sizes(ctx.translator(), ctx.target.entry.pair, n, 30.0)
+    n = _sizes(ctx.settings, ctx.translator(), ctx.target.entry.pair, n, 30.0)
     log = ctx.settings.stack.home / "log"
     runs: dict[str, Any] = {}
     env = {**ctx.target.env(), "BABELSTREAM_GATEWAY__INSTANCE_ID": "bench"}
