@@ -38,6 +38,7 @@ SMALLEST: dict[str, list[str]] = {
     "interference": ["--seconds", "1s", "--bulk-docs", "20", "--max-in-flight", "20"],
     "fairness": ["--flood", "40", "--steady", "8", "--repeat", "1", "--rate", "20"],
     "gateway": ["--clients", "2", "--low-seconds", "1"],
+    "hotpath": ["--out", "{tmp}"],
     "pairs": [
         *("--pair", "en_en-XA", "--steps", "1,2", "--requests", "20"),
         *("--no-multilingual", "--fleet", "0", "--plot", "{tmp}/pairs.png"),

@@ -34,6 +34,7 @@ LAZY: dict[str, str] = {
     "fairness": "pipeline.cli.commands.bench_fairness:fairness",
     "pairs": "pipeline.cli.commands.bench_pairs:pairs",
     "gateway": "pipeline.cli.commands.bench_gateway:gateway",
+    "hotpath": "pipeline.cli.commands.bench_hotpath:hotpath",
 }
 
 
