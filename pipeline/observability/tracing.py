@@ -84,9 +84,14 @@ _GETTER = _HeadersGetter()
 _SETTER = _DictSetter()
 
 
+# A proxy: it serves the provider installed later, and fetching a tracer per span would
+# cost a lookup on every span of the hot path.
+_TRACER = trace.get_tracer(TRACER_NAME)
+
+
 def tracer() -> trace.Tracer:
     """The project's tracer (from the global provider; no-op until one is set up)."""
-    return trace.get_tracer(TRACER_NAME)
+    return _TRACER
 
 
 def extract_context(headers: Iterable[tuple[str, bytes]] | None) -> Context:
@@ -210,7 +215,7 @@ def setup_tracing(
     *,
     exporters: Sequence[SpanExporter] = (),
     service_name: str | None = None,
-) -> TracerProvider:
+) -> TracerProvider | None:
     """Install the global SDK tracer provider with the configured exporters.
 
     Exporters: OTLP/HTTP (batched) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or
@@ -218,16 +223,23 @@ def setup_tracing(
     by setting; plus ``exporters`` (e.g. an in-memory one in tests), exported
     synchronously. Calling it again adds the new exporters to the provider
     already installed (OpenTelemetry allows one global provider per process).
+
+    With no exporter at all nothing is installed (None): spans nobody exports would
+    still be recorded, at a cost on every request. The API's own tracer then
+    passes an upstream trace context on unchanged (``inject_headers``).
     """
     with _setup_lock:
         current = trace.get_tracer_provider()
         if isinstance(current, TracerProvider):
             provider = current
         else:
+            configured = _configured_exporters(settings)
+            if not configured and not exporters:
+                return None
             resource = Resource.create({SERVICE_NAME: service_name or settings.service_name})
             provider = TracerProvider(resource=resource)
             trace.set_tracer_provider(provider)
-            for exporter in _configured_exporters(settings):
+            for exporter in configured:
                 processor = (
                     BatchSpanProcessor(exporter)
                     if _is_otlp(exporter)

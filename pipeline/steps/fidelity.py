@@ -116,18 +116,20 @@ class TranslateFaithfully:
 class _PairView:
     """The engine as one request's restoration sees it (its pair's vocabulary)."""
 
-    def __init__(self, runner: EngineRunner, pair: Pair) -> None:
+    def __init__(
+        self, runner: EngineRunner, pair: Pair, vocabulary: VocabularyAware | None
+    ) -> None:
         self._runner = runner
         self._pair = pair
+        self._vocabulary = vocabulary
 
     def can_align(self) -> bool:
         return hasattr(self._runner.translator, "translate_aligned")
 
     def unknown_characters(self, text: str) -> frozenset[str]:
-        translator = self._runner.translator
-        if isinstance(translator, VocabularyAware):
-            return translator.unknown_characters(text, self._pair)
-        return frozenset()
+        if self._vocabulary is None:
+            return frozenset()
+        return self._vocabulary.unknown_characters(text, self._pair)
 
 
 class _BatchCalls:
@@ -144,10 +146,13 @@ class _BatchCalls:
         self._runner = runner
         self._stats = stats
         self._last_call_started = last_call_started
+        # a protocol check costs microseconds: once a batch, not once a segment
+        translator = runner.translator
+        self._vocabulary = translator if isinstance(translator, VocabularyAware) else None
 
     def of(self, pair: Pair) -> _PairView:
         """What a restoration of ``pair`` asks beyond the calls."""
-        return _PairView(self._runner, pair)
+        return _PairView(self._runner, pair, self._vocabulary)
 
     async def translate(
         self, calls: Sequence[Call], pairs: Sequence[Pair]

@@ -206,3 +206,24 @@ def test_vendored_chart_library_matches_package_lock() -> None:
     assert f"Chart.js v{version}" in head, "run `make vendor` after changing package.json"
     page = (static / "index.html").read_text()
     assert "/static/vendor/chart.umd.min.js" in page and "://" not in page.split("<body")[0]
+
+
+def test_without_an_exporter_nothing_records_and_an_upstream_trace_travels_on() -> None:
+    """In a fresh process (one global provider per process): no exporter, no SDK provider;
+    the consumer span is the upstream one's context, injected unchanged."""
+    import subprocess
+    import sys
+
+    code = """
+from pipeline.observability.tracing import inject_headers, setup_tracing, start_consumer_span
+from pipeline.settings import ObservabilitySettings
+assert setup_tracing(ObservabilitySettings()) is None
+parent = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+span = start_consumer_span("route", [("traceparent", parent)])
+assert not span.is_recording()
+print(dict(inject_headers([("k", b"v")], span))["traceparent"].decode())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
