@@ -191,9 +191,17 @@ class ProfileCache:
             log.warning("ignoring a malformed engine profile for %s in %s", key, self.path)
             return None
 
+    def get_json(self, key: str) -> dict[str, Any] | None:
+        """Another measurement kept under ``key`` (a GPU's replica plan), as stored."""
+        raw = self._read().get(key)
+        return raw if isinstance(raw, dict) else None
+
     def put(self, key: str, profile: EngineProfile) -> None:
+        self.put_json(key, profile.to_json())
+
+    def put_json(self, key: str, value: dict[str, Any]) -> None:
         data = self._read()
-        data[key] = profile.to_json()
+        data[key] = value
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")

@@ -70,6 +70,7 @@ from pipeline.engine.profile import (
     measure_profile,
 )
 from pipeline.engine.registry import ModelEntry, PairEntry, Registry, check_compute_type, models_of
+from pipeline.engine.replicas import ReplicaPlan, choose_plan, concurrent_throughput, sweep
 from pipeline.engine.segment import Piece, split_text
 from pipeline.errors import ConfigError, EngineError
 from pipeline.observability import metrics
@@ -268,7 +269,7 @@ class EngineCall:
     prefixes: list[list[str]]
 
 
-class _Probe:
+class ShapeProbe:
     """Calls of a given shape on one loaded model (for compute-type choice and call costs)."""
 
     def __init__(self, model: ctranslate2.Translator, entry: PairEntry, words: list[str]) -> None:
@@ -342,6 +343,8 @@ class CTranslate2Translator(Translator):
         self.max_batch_tokens = max_batch_tokens
         self.decoding_ratio = decoding_ratio
         self.inter_threads = inter_threads
+        # on a GPU with inter_threads unset: the measured replicas and call size
+        self.replica_plan: ReplicaPlan | None = None
         self.intra_threads = intra_threads
         self._compute_type = compute_type
         self._profiles = profiles
@@ -379,9 +382,14 @@ class CTranslate2Translator(Translator):
         registry = Registry.load(settings.registry)
         device = resolve_device(settings.device)
         replicas, per_replica = settings.threads(device)
+        chosen = registry.models_for(models, pairs)
+        plan = None
+        if device == "cuda" and settings.inter_threads is None and settings.profile and chosen:
+            plan = measured_replica_plan(chosen[0].any_entry(), device, settings)
+            replicas, per_replica = plan.replicas, 1
         kind = EchoTranslator if settings.backend == "echo" else cls
-        return kind(
-            registry.models_for(models, pairs),
+        translator = kind(
+            chosen,
             device=device,
             compute_type=settings.compute_type,
             inter_threads=replicas,
@@ -394,6 +402,8 @@ class CTranslate2Translator(Translator):
             max_loaded_models=settings.max_loaded_models,
             max_loaded_bytes=settings.max_loaded_bytes,
         )
+        translator.replica_plan = plan
+        return translator
 
     def in_use(self) -> dict[str, Any]:
         """What the engine runs on, for readiness and ``status``: device, replicas, threads
@@ -408,6 +418,8 @@ class CTranslate2Translator(Translator):
         }
         if self.device == "cuda":
             described["cublas"] = load_cublas().loaded_from
+        if self.replica_plan is not None:
+            described["replica_plan"] = self.replica_plan.to_json()
         return described
 
     @property
@@ -532,11 +544,11 @@ class CTranslate2Translator(Translator):
                 self.device,
                 ", ".join(types) if requested == "auto" else requested,
             )
-            words = _probe_words(tokenizer)
+            words = probe_words(tokenizer)
             profile = measure_profile(
                 requested,
                 types,
-                lambda ctype: _Probe(self._open(entry, ctype), entry, words),
+                lambda ctype: ShapeProbe(self._open(entry, ctype), entry, words),
                 shape=self._profile_shape,
                 min_seconds=self._profile_seconds,
             )
@@ -764,6 +776,57 @@ class CTranslate2Translator(Translator):
         raise EngineError(f"pair {pair.id} is not served here (models: {served})")
 
 
+def measured_replica_plan(entry: PairEntry, device: str, settings: EngineSettings) -> ReplicaPlan:
+    """Replicas and call size for ``entry``'s model on ``device`` (:mod:`pipeline.engine.replicas`):
+    cached per model and machine with the engine profiles, else measured now."""
+    ctype = settings.compute_type or entry.compute_type
+    if ctype == "auto":
+        # what compute_type=auto measured fastest on a GPU so far (an H200); int8 elsewhere
+        ctype = "float16" if device == "cuda" else "int8"
+    cache = ProfileCache(settings.profile_cache)
+    key = "|".join(
+        (
+            files_fingerprint([entry.model_dir / "model.bin"]),
+            f"replicas:{ctype}",
+            machine_key(device, 0, 1),
+        )
+    )
+    cached = cache.get_json(key)
+    if cached is not None:
+        return ReplicaPlan.from_json(cached)
+    words = probe_words(
+        sentencepiece.SentencePieceProcessor(model_file=str(entry.source_tokenizer))
+    )
+
+    def throughput(replicas: int, token_budget: int) -> float:
+        model = ctranslate2.Translator(
+            str(entry.model_dir),
+            device=device,
+            compute_type=ctype,
+            inter_threads=replicas,
+            intra_threads=1,
+        )
+        try:
+            probe = ShapeProbe(model, entry, words)
+            return concurrent_throughput(
+                probe, replicas, token_budget, seconds=settings.profile_seconds
+            )
+        finally:
+            del model
+
+    log.info("measuring replicas and call sizes of %s on %s (%s)", entry.model_dir, device, ctype)
+    plan = choose_plan(sweep(throughput))
+    cache.put_json(key, plan.to_json())
+    log.info(
+        "%s: %d replica(s), calls of %d tokens (sentences/s measured: %s)",
+        entry.model_dir.name,
+        plan.replicas,
+        plan.token_budget,
+        {f"{p.replicas}x{p.token_budget}": p.sentences_per_s for p in plan.points},
+    )
+    return plan
+
+
 class EchoTranslator(CTranslate2Translator):
     """Answers each text with its own source tokens and never calls the model
     (``engine.backend = "echo"``): a deterministic engine at near-zero cost, so a run
@@ -795,7 +858,7 @@ def _stop_at_own_length(
     return stop
 
 
-def _probe_words(sp: sentencepiece.SentencePieceProcessor, count: int = 2048) -> list[str]:
+def probe_words(sp: sentencepiece.SentencePieceProcessor, count: int = 2048) -> list[str]:
     """Source pieces of generated sentences, enough for any probe call shape."""
     generator = SentenceGenerator(5, min_words=3, max_words=40)
     words: list[str] = []

@@ -20,7 +20,10 @@ from pipeline.errors import ConfigError
 from pipeline.settings import Settings
 from pipeline.storage.cache import LruCache, RedisCache, TwoLevelCache
 
-if TYPE_CHECKING:  # the worker's modules import Faust: only once a worker starts
+if TYPE_CHECKING:
+    from pipeline.engine.replicas import ReplicaPlan
+
+    # the worker's modules import Faust: only once a worker starts
     from workers.shell import ServedModel
 
 log = logging.getLogger(__name__)
@@ -144,7 +147,11 @@ def worker(
         model = registry.model_for(pair)
         return model.model_id if model is not None else None
 
-    served, replicas, engine_in_use = _served_models(settings, registry, models, pairs, router_only)
+    served, replicas, engine_in_use, plan = _served_models(
+        settings, registry, models, pairs, router_only
+    )
+    if plan is not None:
+        settings = _with_call_size(settings, plan)
     w, obs = settings.worker, settings.observability
     web_port = _port(w.web_host, w.web_port, "BABELSTREAM_WORKER__WEB_PORT")
     if obs.metrics_port:
@@ -207,10 +214,11 @@ def _served_models(
     models: str | None,
     pairs: str | None,
     router_only: bool,
-) -> tuple[list[ServedModel], int, dict[str, Any]]:
+) -> tuple[list[ServedModel], int, dict[str, Any], ReplicaPlan | None]:
     """The models this worker translates with (every model of the registry unless
-    ``--models`` or ``--pairs`` choose), loaded; the engine's replicas; and what the
-    engine runs on (device, compute types: readiness and ``status`` show it)."""
+    ``--models`` or ``--pairs`` choose), loaded; the engine's replicas; what the engine
+    runs on (device, compute types: readiness and ``status`` show it); and on a GPU
+    with ``engine.inter_threads`` unset, the measured replicas and call size."""
     from pipeline.engine.translator import CTranslate2Translator
     from workers.shell import ServedModel
 
@@ -218,7 +226,7 @@ def _served_models(
     if router_only:
         if model_ids or pair_ids:
             raise click.UsageError("--router-only serves no models; drop --models and --pairs")
-        return [], 1, {}
+        return [], 1, {}, None
     chosen = (
         registry.models_for()
         if models is None and pairs is None
@@ -236,7 +244,19 @@ def _served_models(
         )
         for model in chosen
     ]
-    return served, translator.inter_threads, translator.in_use()
+    return served, translator.inter_threads, translator.in_use(), translator.replica_plan
+
+
+def _with_call_size(settings: Settings, plan: ReplicaPlan) -> Settings:
+    """``settings`` with the plan's call size, where the worker's settings leave it unset."""
+    given = settings.worker.model_fields_set
+    update: dict[str, int] = {}
+    if "token_budget" not in given:
+        update["token_budget"] = plan.token_budget
+    if "max_messages" not in given:
+        update["max_messages"] = plan.max_messages
+    worker = settings.worker.model_copy(update=update)
+    return settings.model_copy(update={"worker": worker})
 
 
 def _group_id(names: list[str], *, every_model: bool, router_only: bool) -> str:
