@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TRAIN_VENV := .venv-train
 
-.PHONY: install system-deps vendor up down status test test-unit test-integration test-loaded test-chaos test-bench demo gpu-runtime lint docs docs-serve train-env build-demo bench clean
+.PHONY: install system-deps vendor up down status test test-unit test-integration test-loaded test-chaos test-bench demo gpu-runtime gpu-wheels gpu-check lint docs docs-serve train-env build-demo bench clean
 
 install: $(STAMP) system-deps
 
@@ -92,6 +92,20 @@ demo: install up
 gpu-runtime: install
 	$(BIN)/pip install -q -e '.[gpu]'
 	$(BIN)/python -c "from pipeline.engine.gpu_runtime import load_cublas; s = load_cublas(); print('cuBLAS 12:', s.loaded_from or s.problem)"
+
+# A GPU host without a package registry. Here (with one): the wheels it needs, for
+# Python 3.12 on Linux x86-64, into .whl/ (GPU_WHEELS_ARGS="--skip NAME" leaves out what
+# it has). There: install from .whl/ alone and run the check, one JSON report in
+# var/gpu-check.json (GPU_CHECK_ARGS: --pair, --cuda13-as-12 LIBDIR).
+GPU_PYTHON ?= python3.12
+gpu-wheels: install
+	$(BIN)/python -m pipeline.bench.gpu_check wheels $(GPU_WHEELS_ARGS)
+
+gpu-check:
+	@test -x .venv-gpu/bin/python || $(GPU_PYTHON) -m venv .venv-gpu
+	.venv-gpu/bin/pip install -q --no-index --find-links .whl -r .whl/requirements.txt
+	.venv-gpu/bin/pip install -q --no-index --no-deps --no-build-isolation -e .
+	.venv-gpu/bin/python -m pipeline.bench.gpu_check run $(GPU_CHECK_ARGS)
 
 # This release's performance figures (each bench a few minutes; docs/performance/index.md).
 BENCH_PAIR ?= en_en-XB

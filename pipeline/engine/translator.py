@@ -776,27 +776,22 @@ class CTranslate2Translator(Translator):
         raise EngineError(f"pair {pair.id} is not served here (models: {served})")
 
 
-def measured_replica_plan(entry: PairEntry, device: str, settings: EngineSettings) -> ReplicaPlan:
-    """Replicas and call size for ``entry``'s model on ``device`` (:mod:`pipeline.engine.replicas`):
-    cached per model and machine with the engine profiles, else measured now."""
+def sweep_compute_type(entry: PairEntry, device: str, settings: EngineSettings) -> str:
+    """The compute type replicas are timed at: the configured one, else on a GPU what
+    compute_type=auto measured fastest there so far (float16 on an H200), else int8."""
     ctype = settings.compute_type or entry.compute_type
-    if ctype == "auto":
-        # what compute_type=auto measured fastest on a GPU so far (an H200); int8 elsewhere
-        ctype = "float16" if device == "cuda" else "int8"
-    cache = ProfileCache(settings.profile_cache)
-    key = "|".join(
-        (
-            files_fingerprint([entry.model_dir / "model.bin"]),
-            f"replicas:{ctype}",
-            machine_key(device, 0, 1),
-        )
-    )
-    cached = cache.get_json(key)
-    if cached is not None:
-        return ReplicaPlan.from_json(cached)
-    words = probe_words(
-        sentencepiece.SentencePieceProcessor(model_file=str(entry.source_tokenizer))
-    )
+    if ctype != "auto":
+        return ctype
+    return "float16" if device == "cuda" else "int8"
+
+
+def replica_throughput(
+    entry: PairEntry, device: str, ctype: str, seconds: float
+) -> Callable[[int, int], float]:
+    """Sentences/s of ``entry``'s model loaded with some replicas, every replica calling
+    at once with calls of some token budget (:func:`pipeline.engine.replicas.sweep`)."""
+    tokenizer = sentencepiece.SentencePieceProcessor(model_file=str(entry.source_tokenizer))
+    words = probe_words(tokenizer)
 
     def throughput(replicas: int, token_budget: int) -> float:
         model = ctranslate2.Translator(
@@ -808,14 +803,30 @@ def measured_replica_plan(entry: PairEntry, device: str, settings: EngineSetting
         )
         try:
             probe = ShapeProbe(model, entry, words)
-            return concurrent_throughput(
-                probe, replicas, token_budget, seconds=settings.profile_seconds
-            )
+            return concurrent_throughput(probe, replicas, token_budget, seconds=seconds)
         finally:
             del model
 
+    return throughput
+
+
+def measured_replica_plan(entry: PairEntry, device: str, settings: EngineSettings) -> ReplicaPlan:
+    """Replicas and call size for ``entry``'s model on ``device`` (:mod:`pipeline.engine.replicas`):
+    cached per model and machine with the engine profiles, else measured now."""
+    ctype = sweep_compute_type(entry, device, settings)
+    cache = ProfileCache(settings.profile_cache)
+    key = "|".join(
+        (
+            files_fingerprint([entry.model_dir / "model.bin"]),
+            f"replicas:{ctype}",
+            machine_key(device, 0, 1),
+        )
+    )
+    cached = cache.get_json(key)
+    if cached is not None:
+        return ReplicaPlan.from_json(cached)
     log.info("measuring replicas and call sizes of %s on %s (%s)", entry.model_dir, device, ctype)
-    plan = choose_plan(sweep(throughput))
+    plan = choose_plan(sweep(replica_throughput(entry, device, ctype, settings.profile_seconds)))
     cache.put_json(key, plan.to_json())
     log.info(
         "%s: %d replica(s), calls of %d tokens (sentences/s measured: %s)",

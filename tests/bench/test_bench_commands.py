@@ -39,6 +39,7 @@ SMALLEST: dict[str, list[str]] = {
     "fairness": ["--flood", "40", "--steady", "8", "--repeat", "1", "--rate", "20"],
     "gateway": ["--clients", "2", "--low-seconds", "1"],
     "hotpath": ["--out", "{tmp}"],
+    "replicas": ["--replicas", "1,2", "--budgets", "512", "--seconds", "0.1s"],
     "pairs": [
         *("--pair", "en_en-XA", "--steps", "1,2", "--requests", "20"),
         *("--no-multilingual", "--fleet", "0", "--plot", "{tmp}/pairs.png"),

@@ -35,6 +35,7 @@ LAZY: dict[str, str] = {
     "pairs": "pipeline.cli.commands.bench_pairs:pairs",
     "gateway": "pipeline.cli.commands.bench_gateway:gateway",
     "hotpath": "pipeline.cli.commands.bench_hotpath:hotpath",
+    "replicas": "pipeline.cli.commands.bench_replicas:replicas",
 }
 
 
