@@ -282,3 +282,14 @@ def test_rendered_kustomization_references(folder: Path) -> None:
             ) in {"worker", "sla", "dashboard"}:
                 env = {e["name"] for e in containers(doc)[0]["env"]}
                 assert {"BABELSTREAM_KAFKA__SASL_PASSWORD", "BABELSTREAM_REDIS__PASSWORD"} <= env
+
+
+def test_the_gpu_overlay_gives_each_worker_a_gpu_and_the_gpu_image() -> None:
+    docs = index(rendered(K8S / "overlays" / "gpu"))
+    worker = docs[("StatefulSet", "babelstream-worker")]
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "babelstream:gpu"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["BABELSTREAM_ENGINE__DEVICE"] == "cuda"
+    assert_setting_key("BABELSTREAM_ENGINE__DEVICE", "overlays/gpu")
