@@ -23,26 +23,27 @@ from types import TracebackType
 
 from pipeline.bench.report import LoadFigures
 
-# leaf frames' files, by the part of the stack they belong to (first match wins)
+# leaf frames' files (as py-spy names them: from their sys.path entry), by the part of
+# the stack they belong to (first match wins)
 PARTS: tuple[tuple[str, str], ...] = (
-    ("/faust/", "faust"),
-    ("/mode/", "faust"),
-    ("/aiokafka/", "aiokafka"),
-    ("/kafka/", "kafka-python"),
-    ("/opentelemetry/", "opentelemetry"),
-    ("/pydantic", "pydantic"),
-    ("/prometheus_client/", "prometheus"),
-    ("/redis/", "redis"),
-    ("/asyncio/", "asyncio"),
-    ("/logging/", "logging"),
-    ("/json/", "json"),
-    ("/sentencepiece/", "sentencepiece"),
-    ("/pipeline/steps/", "steps"),
-    ("/pipeline/fidelity/", "fidelity"),
-    ("/pipeline/engine/", "engine"),
-    ("/pipeline/contract/", "contract"),
-    ("/pipeline/", "pipeline (other)"),
-    ("/workers/", "worker shell"),
+    ("faust/", "faust"),
+    ("mode/", "faust"),
+    ("aiokafka/", "aiokafka"),
+    ("kafka/", "kafka-python"),
+    ("opentelemetry/", "opentelemetry"),
+    ("pydantic", "pydantic"),
+    ("prometheus_client/", "prometheus"),
+    ("redis/", "redis"),
+    ("asyncio/", "asyncio"),
+    ("logging/", "logging"),
+    ("json/", "json"),
+    ("sentencepiece/", "sentencepiece"),
+    ("pipeline/steps/", "steps"),
+    ("pipeline/fidelity/", "fidelity"),
+    ("pipeline/engine/", "engine"),
+    ("pipeline/contract/", "contract"),
+    ("pipeline/", "pipeline (other)"),
+    ("workers/", "worker shell"),
 )
 
 
@@ -72,8 +73,9 @@ def hotpath_figures(run: LoadFigures) -> HotPathFigures:
 
 def part_of(frame: str) -> str:
     """The part of the stack a frame (``function (path:line)``) belongs to."""
+    # py-spy names files relative to their sys.path entry (faust/..., pipeline/...)
     for marker, part in PARTS:
-        if marker in frame:
+        if f"({marker}" in frame or f"/{marker}" in frame:
             return part
     return "other" if "(" in frame else "native"
 
