@@ -229,6 +229,11 @@ class EngineSettings(_Section):
     # worker's calls run side by side (1.9x one replica's throughput on 2 cores) and
     # bulk gets all but one, so a bulk call never delays interactive work (docs: performance).
     inter_threads: int | None = Field(None, ge=1)
+    # A bulk call does not start while interactive work holds or waits for the engine
+    # (beside it, it takes the cores that interactive calls and the event loop need), up
+    # to this long: a bulk call that has waited longer takes its share anyway, so
+    # saturating interactive traffic slows bulk work but never stops it.
+    bulk_yield_max_s: float = Field(1.0, ge=0)
     # CTranslate2 threads per replica. Unset: all cores but one, which stays with the
     # event loop and Kafka clients, shared among the replicas (at least one each).
     # Oversubscribing (0 = CTranslate2's default, or all cores) made batch-1 calls ~10x

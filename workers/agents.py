@@ -42,9 +42,11 @@ def plain_agent(
     take: int,
     wait_s: float,
     batch_size: Callable[[], int] | None = None,
+    priority: int | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """First come, first served: each fetched take runs in order, as micro-batches of
     ``batch_size()`` (the batch shaper's current size; default: the whole take).
+    ``priority``: the engine priority of the agent's batches (None: they use no engine).
 
     Each micro-batch is a batch of its own in flight, so a take larger than the
     shaper's size keeps every replica busy instead of running its parts one
@@ -66,7 +68,7 @@ def plain_agent(
 
     async def consume(stream: StreamT[Any]) -> None:
         async with asyncio.TaskGroup() as group:
-            in_flight = InFlight(depth, group)
+            in_flight = InFlight(depth, group, _announcer(shell, priority))
             async for events in micro_batches(stream, take, wait_s):
                 await in_flight.ready()
                 admitted, tickets = await shell.admit(events)
@@ -92,6 +94,7 @@ def fair_agent(
     max_round_s: float | None = None,
     sort_window: int = 1,
     count_tokens: Callable[[str, Pair], int] | None = None,
+    priority: int | None = None,
 ) -> Callable[[StreamT[Any]], Awaitable[None]]:
     """Fetch continuously into per-tenant queues; a second task runs the rounds.
 
@@ -127,10 +130,19 @@ def fair_agent(
             max_held=tenants.max_deferred,
         )
         shell.holding.append(rounds)
+        if priority is not None:
+            shell.ctx.gate.add_backlog(priority, rounds)
         held_gauge = HeldGauge(topic, rounds)
         server = asyncio.create_task(
             _serve_rounds(
-                shell, runner, window, rounds, held_gauge, batch_size, RoundPace(max_round_s)
+                shell,
+                runner,
+                window,
+                rounds,
+                held_gauge,
+                batch_size,
+                RoundPace(max_round_s),
+                _announcer(shell, priority),
             )
         )
         server.add_done_callback(functools.partial(_rounds_ended, shell, topic))
@@ -145,6 +157,15 @@ def fair_agent(
             server.cancel()
 
     return consume
+
+
+def _announcer(shell: WorkerShell, priority: int | None) -> Callable[[], HandOffHook] | None:
+    """Tells the engine gate of each batch on its way to the engine (none for an agent
+    whose batches use no engine)."""
+    if priority is None:
+        return None
+    gate = shell.ctx.gate
+    return lambda: gate.coming(priority)
 
 
 def _rounds_ended(shell: WorkerShell, topic: str, task: asyncio.Task[None]) -> None:
@@ -182,6 +203,7 @@ async def _serve_rounds(
     held_gauge: HeldGauge,
     batch_size: Callable[[], int] | None,
     pace: RoundPace,
+    announce: Callable[[], HandOffHook] | None,
 ) -> None:
     topic = held_gauge.topic
 
@@ -212,7 +234,8 @@ async def _serve_rounds(
         )
 
     async with asyncio.TaskGroup() as group:
-        in_flight = InFlight(shell.ctx.settings.worker.in_flight(shell.ctx.gate.replicas), group)
+        depth = shell.ctx.settings.worker.in_flight(shell.ctx.gate.replicas)
+        in_flight = InFlight(depth, group, announce)
         while True:
             # choose the round only when it may start: as late as possible, for fairness
             await in_flight.ready()

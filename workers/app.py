@@ -241,9 +241,10 @@ def _add_model_agents(
                 round_s,
                 s.batching.sort_window,
                 served.translator.count_tokens,
+                priority,
             )
             if s.tenants.fair_share
-            else plain_agent(shell, runner, window, take, w.max_wait_s, size)
+            else plain_agent(shell, runner, window, take, w.max_wait_s, size, priority)
         )
         app.agent(source(topic_name), name=f"translate-{topic_name}", concurrency=1)(agent)
 

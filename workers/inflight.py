@@ -25,9 +25,19 @@ HandOffHook = Callable[[], None]
 
 class InFlight:
     """Starts an agent's batches in ``group``, at most ``depth`` at once, each after the
-    previous one handed off (``depth`` 1: one batch at a time, start to end)."""
+    previous one handed off (``depth`` 1: one batch at a time, start to end).
 
-    def __init__(self, depth: int, group: asyncio.TaskGroup) -> None:
+    ``announce`` is called as each batch starts, and what it returns once that batch
+    hands off (the engine gate counts the batches on their way to it:
+    :meth:`~pipeline.control.priority.PriorityGate.coming`).
+    """
+
+    def __init__(
+        self,
+        depth: int,
+        group: asyncio.TaskGroup,
+        announce: Callable[[], HandOffHook] | None = None,
+    ) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, not {depth}")
         self._depth = depth
@@ -37,6 +47,7 @@ class InFlight:
         self._last_handed_off = True
         self._may_start = asyncio.Event()
         self._may_start.set()
+        self._announce = announce
 
     async def ready(self) -> None:
         """Wait until a batch may start: a free slot, and the last batch handed off.
@@ -55,8 +66,11 @@ class InFlight:
         number = self._launched
         self._last_handed_off = False
         self._update()
+        arrived = self._announce() if self._announce is not None else None
 
         def hand_off() -> None:
+            if arrived is not None:
+                arrived()
             # only the latest batch holds the next one back (an older one retrying does not)
             if number == self._launched:
                 self._last_handed_off = True

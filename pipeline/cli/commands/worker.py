@@ -168,7 +168,7 @@ def worker(
     ctx = WorkerContext(
         settings=settings,
         cache=cache,
-        gate=PriorityGate(replicas, _engine_hold(settings)),
+        gate=PriorityGate(replicas, _engine_hold(settings), settings.engine.bulk_yield_max_s),
         fidelity=FidelityService.from_settings(settings),
         engine=engine_in_use,
     )

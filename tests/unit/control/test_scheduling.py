@@ -252,3 +252,125 @@ def test_a_gate_held_while_a_call_runs_serves_the_next_once_released(tmp_path: P
         return order
 
     assert asyncio.run(asyncio.wait_for(scenario(), 5)) == ["next"]
+
+
+def test_bulk_does_not_start_beside_interactive_work() -> None:
+    """A free replica goes unused by bulk while interactive work runs: beside it, a bulk
+    call would take the cores the interactive call and the event loop need."""
+
+    async def scenario() -> list[str]:
+        gate = PriorityGate(2, bulk_yield_max_s=60)
+        events: list[str] = []
+        release = asyncio.Event()
+
+        async def work(name: str, until: asyncio.Event | None = None) -> None:
+            events.append(f"start {name}")
+            if until is not None:
+                await until.wait()
+            events.append(f"end {name}")
+
+        interactive = asyncio.create_task(gate.run(INTERACTIVE, work("interactive", release)))
+        await asyncio.sleep(0)
+        bulk = asyncio.create_task(gate.run(BULK, work("bulk")))
+        await asyncio.sleep(0.05)
+        events.append("bulk still waiting" if not bulk.done() else "bulk ran")
+        release.set()
+        await asyncio.gather(interactive, bulk)
+        return events
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == [
+        "start interactive",
+        "bulk still waiting",
+        "end interactive",
+        "start bulk",
+        "end bulk",
+    ]
+
+
+def test_bulk_that_waited_long_enough_takes_its_share_beside_interactive_work() -> None:
+    """Saturating interactive traffic slows bulk work but does not stop it."""
+
+    async def scenario() -> list[str]:
+        now = [0.0]
+        gate = PriorityGate(2, bulk_yield_max_s=1.0, clock=lambda: now[0])
+        events: list[str] = []
+        gates = [asyncio.Event() for _ in range(3)]
+
+        async def work(name: str, until: asyncio.Event | None = None) -> None:
+            events.append(f"start {name}")
+            if until is not None:
+                await until.wait()
+            events.append(f"end {name}")
+
+        first = asyncio.create_task(gate.run(INTERACTIVE, work("interactive-1", gates[0])))
+        await asyncio.sleep(0)
+        bulk = asyncio.create_task(gate.run(BULK, work("bulk", gates[2])))
+        second = asyncio.create_task(gate.run(INTERACTIVE, work("interactive-2", gates[1])))
+        await asyncio.sleep(0)  # both interactive calls hold a replica, bulk waits
+        now[0] = 0.5
+        gates[0].set()  # a replica frees while interactive-2 still runs
+        await first
+        events.append("bulk yields at 0.5 s")
+        now[0] = 1.5
+        third = asyncio.create_task(gate.run(INTERACTIVE, work("interactive-3")))
+        await third  # frees its replica again: bulk has now waited 1.5 s
+        await asyncio.sleep(0)
+        events.append("bulk running" if "start bulk" in events else "bulk still waiting")
+        gates[1].set()
+        gates[2].set()
+        await asyncio.gather(second, bulk)
+        return events
+
+    events = asyncio.run(asyncio.wait_for(scenario(), 2))
+    assert events.index("bulk yields at 0.5 s") < events.index("start bulk")
+    assert "bulk running" in events
+    assert events.index("start bulk") < events.index("end interactive-2")
+
+
+def test_bulk_does_not_start_while_an_interactive_batch_is_on_its_way() -> None:
+    """Between an interactive batch's start and its engine calls (its lookups) no one waits
+    at the gate; a bulk call started then would run beside it."""
+
+    async def scenario() -> list[str]:
+        gate = PriorityGate(2, bulk_yield_max_s=60)
+        events: list[str] = []
+
+        async def work(name: str) -> None:
+            events.append(f"run {name}")
+
+        arrived = gate.coming(INTERACTIVE)
+        bulk = asyncio.create_task(gate.run(BULK, work("bulk")))
+        await asyncio.sleep(0.05)
+        events.append("bulk waited" if not bulk.done() else "bulk ran early")
+        await gate.run(INTERACTIVE, work("interactive"))
+        arrived()  # handed off: done with the engine
+        arrived()  # idempotent
+        await bulk
+        return events
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 2)) == [
+        "bulk waited",
+        "run interactive",
+        "run bulk",
+    ]
+
+
+def test_held_interactive_work_holds_bulk_back_for_its_yield_at_most() -> None:
+    """Work an interactive agent holds for later rounds counts as on its way; a bulk call
+    still starts once its yield has run out, though no call ends meanwhile."""
+
+    async def scenario() -> tuple[bool, bool]:
+        gate = PriorityGate(2, bulk_yield_max_s=0.2)
+        gate.add_backlog(INTERACTIVE, ["held"])
+        ran = asyncio.Event()
+
+        async def work() -> None:
+            ran.set()
+
+        bulk = asyncio.create_task(gate.run(BULK, work()))
+        await asyncio.sleep(0.05)
+        early = ran.is_set()
+        await asyncio.wait_for(bulk, 1)
+        return early, ran.is_set()
+
+    assert asyncio.run(scenario()) == (False, True)
