@@ -14,11 +14,15 @@ in which :func:`render` consumes their translations.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal as TypingLiteral
 
 from pipeline.fidelity.tokens import TOKEN_RE, token
+
+# a letter or digit, exactly as ``str.isalnum`` has it (``\w`` less the underscore)
+_ALNUM = re.compile(r"[^\W_]")
 
 SpanKind = TypingLiteral["open", "close", "opaque", "term", "newline"]
 
@@ -79,7 +83,7 @@ class Run:
 
     def has_text(self) -> bool:
         """False for runs with nothing a model could translate (no letter or digit)."""
-        return any(isinstance(p, str) and any(c.isalnum() for c in p) for p in self.parts)
+        return any(isinstance(p, str) and _ALNUM.search(p) is not None for p in self.parts)
 
 
 Doc = tuple["Literal | Run", ...]

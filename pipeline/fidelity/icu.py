@@ -26,6 +26,9 @@ def parse_icu(text: str) -> Doc | None:
     Plain text that merely has braces (or fails to parse as ICU) is left to
     the placeholder patterns.
     """
+    # nearly every text is plain: the parser costs more than the rest of its preparation
+    if "{" not in text or not ("plural" in text or "select" in text):
+        return None
     tokens: list[dict[str, Any]] = []
     try:
         _PARSER.parse(text, tokens)
