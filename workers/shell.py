@@ -122,7 +122,7 @@ class WorkerShell:
         if self.draining:
             await self._never.wait()  # stopping: take nothing more, commit nothing more
         try:
-            return await self.offsets.admit(events)
+            admitted, tickets = await self.offsets.admit(events)
         except Exception as exc:
             # The group's offsets could not be read (broker away). Dropping these events is
             # safe: nothing was taken, and the offset book seeks back when it sees the gap.
@@ -131,6 +131,8 @@ class WorkerShell:
             )
             await asyncio.sleep(self.ctx.settings.worker.retry_initial_s)
             return [], []
+        self.ctx.stats.admitted.update(tp_of(e).topic for e in admitted)
+        return admitted, tickets
 
     async def process(
         self,

@@ -14,6 +14,8 @@ class WorkerStats:
     """Totals since start: routing outcomes, cache levels, engine batches, padding."""
 
     routes: Counter[str] = field(default_factory=Counter)
+    # records taken from each consumed topic (admitted through the offset book)
+    admitted: Counter[str] = field(default_factory=Counter)
     cache: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
     take_sizes: Counter[int] = field(default_factory=Counter)
@@ -46,6 +48,7 @@ class WorkerStats:
     def snapshot(self) -> dict[str, Any]:
         return {
             "routes": dict(self.routes),
+            "admitted": dict(self.admitted),
             "cache": dict(self.cache),
             "statuses": dict(self.statuses),
             "take_sizes": {str(k): v for k, v in sorted(self.take_sizes.items())},

@@ -39,7 +39,13 @@ from pipeline.client import (
     build_requests,
 )
 from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult, now_ms
-from pipeline.contract.pairs import DLQ_TOPIC, REQUESTS_TOPIC, RESULTS_TOPIC, bulk_work_topic
+from pipeline.contract.pairs import (
+    DLQ_TOPIC,
+    REQUESTS_TOPIC,
+    RESULTS_TOPIC,
+    bulk_work_topic,
+    work_topic,
+)
 from pipeline.kafka.check import admin_client
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
@@ -443,17 +449,21 @@ def test_interactive_work_goes_before_bulk_work_read_before_it(
         RequestOptions(timeout_ms=MAX_TIMEOUT_MS, tenant=f"interactive-{marker}"),
     )
     replies = ReplyBatch(request_ids=[r.request_id for r in (*bulk, *interactive)])
+    topics = {work_topic(DEMO_MODEL): INTERACTIVE_N, bulk_work_topic(DEMO_MODEL): BULK_N}
+    before = worker.stats()["admitted"]
     with ResultListener(settings.kafka, [RESULTS_TOPIC]) as listener:
         with worker.engine_held():
             with TranslationClient(settings.kafka, settings.limits) as client:
                 client.submit(bulk)
                 client.submit(interactive)
-            # something held back from both means every in-flight batch of both waits
+            # every request of both taken in by its agent (held for a round, or in a batch
+            # waiting for the engine), so none arrives once the engine is released
             deadline = time.monotonic() + 120
-            while not all(
-                held_for(worker, f"{kind}-{marker}") > 0 for kind in ("bulk", "interactive")
-            ):
-                assert time.monotonic() < deadline, "the requests were not read ahead"
+            while True:
+                admitted = worker.stats()["admitted"]
+                if all(admitted.get(t, 0) - before.get(t, 0) >= n for t, n in topics.items()):
+                    break
+                assert time.monotonic() < deadline, f"not read ahead: {admitted}"
                 time.sleep(0.2)
             listener.scan(replies)
             assert not replies.results, "answered while the engine was held"
