@@ -718,6 +718,18 @@ class GatewaySettings(_Section):
     char_limit: int = Field(5000, ge=1)
     batch_limit: int = Field(128, ge=1)
     max_body_bytes: int = Field(1 << 20, ge=1024)
+    # a request's head (request line and headers) larger than this, or with more headers,
+    # is answered 431 before the application sees it, also while it is still arriving
+    max_header_bytes: int = Field(32 * 1024, ge=1024)
+    max_headers: int = Field(100, ge=1)
+    # slow clients: a head not complete this long after its connection opened (or its
+    # first byte on a kept-alive connection), a body not complete this long after its
+    # head, is answered 408 and the connection closed
+    header_timeout_s: float = Field(10.0, gt=0)
+    body_timeout_s: float = Field(30.0, gt=0)
+    # after such a 408 or 431 what the client still sends is read and dropped this long
+    # before the connection closes, so it reads the answer rather than a reset
+    refused_linger_s: float = Field(2.0, ge=0)
     # LibreTranslate's alternatives_limit; the pipeline makes one translation, so
     # alternatives are always empty lists
     alternatives_limit: int = Field(3, ge=0)

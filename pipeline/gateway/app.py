@@ -13,6 +13,7 @@ not have are marked ``x-babelstream-extension`` in the spec.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -38,6 +39,8 @@ from pipeline.gateway.files import FileJobs
 from pipeline.gateway.languages import display_name
 from pipeline.gateway.service import TRACE_HEADERS, Gateway
 from pipeline.settings import GatewaySettings, Settings
+
+log = logging.getLogger(__name__)
 
 EXTENSION: dict[str, Any] = {"x-babelstream-extension": True}
 VERSION = "1.9.6-babelstream"  # LibreTranslate's API version it follows
@@ -74,12 +77,31 @@ class Cors:
             await send({"type": "http.response.body", "body": b""})
             return
 
+        started = False
+
         async def with_cors(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [*message.get("headers", []), *CORS_HEADERS]
             await send(message)
 
-        await self._app(scope, receive, with_cors)
+        try:
+            await self._app(scope, receive, with_cors)
+        except Exception:
+            # a defect, not the caller's input: logged with its traceback, answered as
+            # every other error (JSON, CORS), and the connection stays usable
+            log.exception("%s %s failed", scope["method"], scope["path"])
+            if started:
+                raise
+            body = json.dumps({"error": "Internal error: see the gateway's log"}).encode()
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *CORS_HEADERS,
+            ]
+            await send({"type": "http.response.start", "status": 500, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
 
 
 # -- the spec's models ---------------------------------------------------------------------
@@ -244,10 +266,14 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict[str, Any],
                 raise ApiError(413, f"Invalid request: body exceeds {max_bytes} bytes")
         try:
             fields = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
             raise ApiError(400, "Invalid JSON format") from None
         if not isinstance(fields, dict):
             raise ApiError(400, "Invalid JSON format")
+        if b"\\u" in body and not _valid_unicode(fields):
+            raise ApiError(
+                400, "Invalid request: the body holds a lone surrogate (\\ud800-\\udfff)"
+            )
         return fields, True
     query: dict[str, Any] = {}
     for key, value in request.query_params.multi_items():
@@ -258,6 +284,16 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict[str, Any],
             if isinstance(item, str):
                 form.setdefault(key, item)
     return {**form, **query}, False  # the query's value first, as request.values
+
+
+def _valid_unicode(fields: dict[str, Any]) -> bool:
+    """Whether every string of a parsed body is valid Unicode: JSON's ``\\ud800`` escapes
+    decode to lone surrogates, which no UTF-8 record or answer can carry."""
+    try:
+        json.dumps(fields, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _trace_headers(request: Request) -> Headers:

@@ -181,7 +181,7 @@ def _int_field(value: Any, name: str, *, minimum: int | None) -> int:
         raise ApiError(400, f"Invalid request: {name} parameter is not a number")
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: 1e309, Infinity
         raise ApiError(400, f"Invalid request: {name} parameter is not a number") from None
     if minimum is not None and number < minimum:
         raise ApiError(400, f"Invalid request: {name} parameter must be >= {minimum}")

@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 def _config(settings: Settings, process: int) -> uvicorn.Config:
     from pipeline.gateway.app import create_app
+    from pipeline.gateway.protocol import protocol_class
 
     g = settings.gateway
     return uvicorn.Config(
@@ -30,7 +31,8 @@ def _config(settings: Settings, process: int) -> uvicorn.Config:
         host=g.host,
         port=g.port,
         loop="uvloop",
-        http="httptools",
+        # httptools with the gateway's head and body limits (431, 408)
+        http=protocol_class(g),
         log_level="warning",
         access_log=False,
         # a request's wait may be long; keep-alive connections are the clients' to close

@@ -27,6 +27,7 @@ from pipeline.gateway.process import GatewayProcess
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import WorkerProcess
 from pipeline.storage.redis_client import redis_client
+from tests.raw_http import exchange, status_and_error
 
 pytestmark = pytest.mark.integration
 
@@ -460,3 +461,43 @@ def test_status_shows_the_gateway(gateway: GatewayProcess, instance: str) -> Non
         c["name"] == "worker" and "gateway" in c["address"]
         for c in json.loads(run.stdout)["components"]
     )
+
+
+HELLO = '"q": "Hello", "source": "en", "target": "en-XA"'
+ODD_BODIES = {
+    "alternatives 1e309": "{" + HELLO + ', "alternatives": 1e309}',
+    "alternatives Infinity": "{" + HELLO + ', "alternatives": Infinity}',
+    "deadline_ms 1e309": "{" + HELLO + ', "deadline_ms": 1e309}',
+    "a lone surrogate": '{"q": "\\ud800", "source": "en", "target": "en-XA"}',
+    "nested 30,000 deep": '{"q": ' + "[" * 30_000 + "]" * 30_000 + "}",
+}
+
+
+def test_odd_input_is_a_json_400_with_cors_and_the_connection_goes_on(
+    gateway: GatewayProcess,
+) -> None:
+    """Each body once answered a plain-text 500 without CORS and reset the connection."""
+    with requests.Session() as session:
+        for name, body in ODD_BODIES.items():
+            answer = session.post(
+                f"{gateway.url}/translate",
+                data=body.encode(),
+                headers={"Content-Type": "application/json"},
+                timeout=30,
+            )
+            assert answer.status_code == 400, (name, answer.text)
+            assert answer.json()["error"], name
+            assert answer.headers["access-control-allow-origin"] == "*", name
+        ok = session.post(
+            f"{gateway.url}/translate", json={"q": "Hello", "source": "en", "target": "en-XA"}
+        )
+    assert ok.status_code == 200 and ok.json()["translatedText"] == to_pseudo("Hello")
+
+
+def test_a_10_mb_header_is_refused_431_before_it_is_read(gateway: GatewayProcess) -> None:
+    head = b"POST /translate HTTP/1.1\r\nHost: x\r\nX-Big: "
+    chunks = [head, *[b"a" * 65536] * 160, b"\r\nContent-Length: 0\r\n\r\n"]
+    status, error, response_head = status_and_error(exchange((gateway.host, gateway.port), *chunks))
+    limit = load_settings().gateway.max_header_bytes
+    assert status == 431 and error == f"Request headers too large: at most {limit} bytes"
+    assert b"access-control-allow-origin: *" in response_head
