@@ -143,6 +143,14 @@ class JobState:
         tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", "utf-8")
         tmp.replace(self.manifest_path)
 
+    def cancellable(self) -> dict[str, Any]:
+        """The manifest of a job that may be cancelled; :class:`BulkError` for a finished one
+        (every segment has its result: cancelling it would only mislabel it)."""
+        manifest = self.manifest()
+        if manifest.get("state") == "done":
+            raise BulkError(f"job {self.job_id} is done: nothing is left to cancel")
+        return manifest
+
     def request_cancel(self) -> dict[str, Any]:
         """Mark the job cancelled: a running run stops, a stopped job stays stopped."""
         manifest = self.manifest()

@@ -139,7 +139,8 @@ class BabelStreamCli(LazyGroup):
 
 def _one_line(exc: click.ClickException) -> str:
     message = exc.format_message()
-    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+    # one hint: a message that names where to look already says more than --help
+    if isinstance(exc, click.UsageError) and exc.ctx is not None and "(see " not in message:
         message += f" (see '{exc.ctx.command_path} --help')"
     return message
 

@@ -242,7 +242,7 @@ def cancel(settings: Settings, job_id: str) -> None:
     """
     job_id = _checked_job_id(job_id)
     state = JobState(settings.bulk.state_dir, job_id)
-    state.manifest()  # the job must exist here, or the id is probably mistyped
+    state.cancellable()  # it must exist here (or the id is probably mistyped), unfinished
     publish_cancels(settings, cancels_for(job_ids=[job_id], requested_by="bulk cancel"))
     manifest = state.request_cancel()
     click.echo(f"job {job_id}: cancel requested (state {manifest['state']})", err=True)

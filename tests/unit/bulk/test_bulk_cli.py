@@ -59,3 +59,15 @@ def test_cancel_of_an_unknown_job(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["bulk", "cancel", "nope"], env=env)
     assert result.exit_code == 2
     assert "no bulk job 'nope'" in result.output
+
+
+def test_cancel_of_a_finished_job_is_refused_and_keeps_its_state(tmp_path: Path) -> None:
+    state = JobState(tmp_path, "job-done")
+    state.start({"pair": "en_en-XA", "tenant": None, "domain": None})
+    state.update(state="done", pid=None)
+    env = {"BABELSTREAM_BULK__STATE_DIR": str(tmp_path)}
+    result = CliRunner().invoke(main, ["bulk", "cancel", "job-done"], env=env)
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "job job-done is done" in result.output
+    assert state.manifest()["state"] == "done"
+    assert not state.cancel_requested()

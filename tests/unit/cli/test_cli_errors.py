@@ -345,3 +345,21 @@ def test_stack_mistakes_are_usage_mistakes(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_USAGE, result.output
     assert "is taken by a process `babelstream up` did not start" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_a_usage_error_that_names_where_to_look_gets_no_second_hint() -> None:
+    """`keys revoke` of an unknown id said "(see `babelstream keys list`)" and then
+    "(see '... --help')"; a plain usage error still points at --help."""
+    import click
+
+    from pipeline.cli.main import _one_line
+
+    ctx = click.Context(click.Command("revoke"), info_name="babelstream keys revoke")
+    named = click.BadParameter(
+        "no API key with id or value 'x' (see `babelstream keys list`)",
+        ctx=ctx,
+        param_hint="'KEY_OR_ID'",
+    )
+    assert _one_line(named).count("(see ") == 1
+    plain = click.BadParameter("not a number", ctx=ctx)
+    assert _one_line(plain).endswith("(see 'babelstream keys revoke --help')")
