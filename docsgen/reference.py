@@ -111,11 +111,15 @@ def _param_type(param: click.Parameter) -> str:
     return param.type.name
 
 
+_CLICK_UNSET = getattr(click.core, "UNSET", None)
+
+
 def _param_default(param: click.Parameter) -> str:
     if isinstance(param, click.Option) and param.is_flag and not param.secondary_opts:
         return "—"
     default = param.default
-    if default is None or callable(default) or default == ():
+    # click 8.3 marks "no default" with its UNSET sentinel, not None
+    if default is None or default is _CLICK_UNSET or callable(default) or default == ():
         return "—"
     if isinstance(param, click.Option) and param.secondary_opts and isinstance(default, bool):
         return code(param.opts[0] if default else param.secondary_opts[0])
@@ -168,7 +172,10 @@ def cli_page(root: click.Command, program: str = "babelstream") -> str:
                 if (sub := command.get_command(cctx, name)) is not None and not sub.hidden
             ]
             out += ["Sub-commands: " + ", ".join(f"`{path} {s}`" for s in subs) + ".", ""]
-    return "\n".join(out)
+    page = "\n".join(out)
+    if "Sentinel." in page:  # a marker of click's leaked into a cell: fail the build
+        raise ValueError("the command line reference shows a click sentinel as a value")
+    return page
 
 
 # --- settings ----------------------------------------------------------------------------

@@ -30,9 +30,9 @@ class FaustProducer:
         self._timeout_s = timeout_s
 
     async def send_all(self, records: Sequence[Outgoing]) -> None:
-        producer = self._app.producer
         try:
             async with asyncio.timeout(self._timeout_s):
+                producer = await self._app.maybe_start_producer()  # started: returns at once
                 # in order: a partition's records are appended as they are listed
                 acks = [
                     await producer.send(r.topic, r.key, r.value, None, None, r.headers)

@@ -15,9 +15,9 @@ client trickling bytes held its connection for as long as it liked.
   complete ``gateway.body_timeout_s`` after its head.
 
 Each answer is LibreTranslate's ``{"error": ...}`` with the CORS headers; the
-connection is half-closed after it and closed ``gateway.refused_linger_s`` later. Everything else is uvicorn's. This module is the
-only one that reaches into uvicorn's protocol (``parser``, ``transport``,
-``cycle``, its callbacks).
+connection is half-closed after it and closed ``gateway.refused_linger_s``
+later. Everything else is uvicorn's. This module is the only one that reaches
+into uvicorn's protocol (``parser``, ``transport``, ``cycle``, its callbacks).
 """
 
 from __future__ import annotations

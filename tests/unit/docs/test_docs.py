@@ -189,6 +189,25 @@ def test_the_cli_page_has_a_section_for_every_command() -> None:
     assert set(paths) <= headings, sorted(set(paths) - headings)
 
 
+def test_options_without_a_default_show_none_and_no_click_marker() -> None:
+    """click 8.3 gives an option without a default its UNSET sentinel, which the page
+    once printed as ``Sentinel.UNSET`` in 87 cells; a leaked one fails the build."""
+    page = reference.cli_page(main)
+    assert "Sentinel" not in page and "UNSET" not in page
+    # `translate --src` is required and has no default
+    section = page.split("## babelstream translate\n", 1)[1].split("\n## ", 1)[0]
+    src_row = next(line for line in section.splitlines() if line.startswith("| `--src`"))
+    assert src_row.split("|")[3].strip() == "—", src_row
+
+    @click.command()
+    @click.option("--leaky", default=click.core.UNSET, type=click.Choice([reference.__name__]))
+    def leaky(leaky: str) -> None: ...
+
+    leaky.params[0].default = "Sentinel.UNSET"  # what a new marker of click's would render
+    with pytest.raises(ValueError, match="sentinel"):
+        reference.cli_page(leaky)
+
+
 def test_the_contract_page_has_a_section_for_every_schema() -> None:
     import json
 
