@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pipeline.cli.sla_run import run_state
 from pipeline.kafka.check import admin_client
 from pipeline.kafka.groups import Group, consumer_groups
 from pipeline.kafka.topics import cluster_replication, is_project_topic, under_replicated
@@ -219,14 +220,21 @@ def sla_job(settings: Settings) -> ComponentStatus:
         if batches
         else f"no checkpoint at {sla.checkpoint_dir}"
     )
-    # one trigger plus the watermark can pass without output; twice that is quiet
-    recent_s = 2 * (sla.trigger_s + sla.watermark_s + sla.window_s)
-    running = bool(batches) and time.time() - max(batches) < recent_s
+    marked = run_state(sla.checkpoint_dir)
+    if marked.running is not None:  # `babelstream sla` marks its runs: running or stopped
+        running = marked.running
+        state = ("running (" if running else "not running (") + marked.detail + "): "
+    else:
+        # a run no marker describes: one trigger plus the watermark can pass without
+        # output; twice that is quiet
+        recent_s = 2 * (sla.trigger_s + sla.watermark_s + sla.window_s)
+        running = bool(batches) and time.time() - max(batches) < recent_s
+        state = "active: " if running else "not running or idle: "
     return ComponentStatus(
         "sla",
         sla.sink_topic,
         running,
-        ("active: " if running else "not running or idle: ") + "; ".join(parts),
+        state + "; ".join(parts),
         {
             "last_window_ms": last_window if last_window >= 0 else None,
             "last_batch_ms": round(max(batches) * 1000) if batches else None,

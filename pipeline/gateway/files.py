@@ -42,6 +42,8 @@ SUFFIXES: dict[str, str] = {
     ".md": "markdown",
 }
 _JOB = re.compile(rf"{FILE_JOB_PREFIX}[0-9a-f]{{32}}")
+# a job's translated file, in its folder beside the upload and the bulk job's own files
+OUTPUT_DIR = "out"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -131,7 +133,9 @@ class FileJobs:
                 reply_topic=gateway.link.reply_topic,
             )
             translated = await asyncio.to_thread(self._run, spec, source_file)
-        (job_dir / name).write_text(translated, encoding="utf-8")
+        # apart from the upload and the job's own files: only this is ever downloadable
+        (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
+        (job_dir / OUTPUT_DIR / name).write_text(translated, encoding="utf-8")
         return f"{base_url.rstrip('/')}/download_file/{job_id}.{name}"
 
     def _run(self, spec: JobSpec, source_file: Path) -> str:
@@ -143,7 +147,9 @@ class FileJobs:
                 settings, spec, CorpusReader([source_file], fmt="text"), progress=False
             )
         except BulkError as exc:
-            raise ApiError(400, f"Cannot translate file: {exc}") from None
+            # the job's messages name its files; callers are told what, not where
+            message = str(exc).replace(str(self._dir), "<files>")
+            raise ApiError(400, f"Cannot translate file: {message}") from None
         table = pq.read_table(report.output or "", columns=["translation", "status", "errors"])
         status = table.column("status")[0].as_py()
         if status != "ok":
@@ -156,7 +162,8 @@ class FileJobs:
         job_id, _, name = filename.partition(".")
         if not _JOB.fullmatch(job_id) or not name or safe_name(name) != name:
             raise ApiError(400, "Invalid filename")
-        path = self._dir / job_id / name
+        path = self._dir / job_id / OUTPUT_DIR / name
         if not path.is_file():
-            raise ApiError(404, "No such file (or it expired)")
-        return FileResponse(path, filename=name)
+            raise ApiError(404, "No such file")
+        # a browser must not sniff a translated .html or .txt into something else
+        return FileResponse(path, filename=name, headers={"X-Content-Type-Options": "nosniff"})

@@ -366,7 +366,14 @@ def test_translate_file(
     downloaded = requests.get(url, timeout=10)
     assert downloaded.status_code == 200
     assert downloaded.headers["content-disposition"].endswith(f'filename="{name}"')
+    assert downloaded.headers["x-content-type-options"] == "nosniff"
     assert downloaded.text == (expected if expected is not None else to_pseudo(content))
+    # the upload and the job's own files (absolute server paths inside) are not served
+    job = url.rsplit("/", 1)[1].split(".", 1)[0]
+    suffix = name.rsplit(".", 1)[1]
+    for other in (f"source.{suffix}", "translated.parquet", "manifest.json"):
+        refused = requests.get(f"{gateway.url}/download_file/{job}.{other}", timeout=10)
+        assert refused.status_code == 404, other
 
 
 def test_file_errors(gateway: GatewayProcess) -> None:

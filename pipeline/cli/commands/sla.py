@@ -7,7 +7,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import click
 from pydantic import ValidationError
 
 from pipeline.cli.commands.options import DURATION, INSTANT
+from pipeline.cli.sla_run import marked_run, utc_iso
 from pipeline.errors import BabelStreamError, ConfigError
 from pipeline.kafka.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings, SlaSettings
@@ -140,16 +140,12 @@ def sla(
     require_spark_master(job_settings.sla.master, settings.kafka.connect_timeout_s)
     from jobs.sla import run
 
-    with stop_on_signals() as stop:
+    with stop_on_signals() as stop, marked_run(job_settings.sla.checkpoint_dir):
         try:
             summary = run(job_settings, until_idle_s=until_idle, stop=stop, late_rows=late_rows)
         except BabelStreamError as exc:
             raise click.ClickException(str(exc)) from exc
     click.echo(summary_line(summary), err=True)
-
-
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def report_lines(report: PeriodReport) -> list[str]:
@@ -163,7 +159,7 @@ def report_lines(report: PeriodReport) -> list[str]:
 
     error = "" if report.rank_error is None else f" (rank error ±{report.rank_error:.2%})"
     lines = [
-        f"{report.pair} {report.priority} [{_utc(report.from_ms)}, {_utc(report.to_ms)}): "
+        f"{report.pair} {report.priority} [{utc_iso(report.from_ms)}, {utc_iso(report.to_ms)}): "
         f"{report.windows} windows, {report.count} results",
         f"  P50 {ms(report.p50_ms)}  P95 {ms(report.p95_ms)}  P99 {ms(report.p99_ms)}{error}",
         f"  timeout {ratio(report.timeout_ratio)}  error {ratio(report.error_ratio)}  "
