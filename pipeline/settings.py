@@ -260,6 +260,10 @@ class EngineSettings(_Section):
     # room (a request for a cold model waits for its load).
     max_loaded_models: int | None = Field(None, ge=1)
     max_loaded_bytes: int | None = Field(None, ge=1)
+    # texts kept tokenised (per pair, least recently used out): the fair-share agent
+    # counts a request's tokens as it is fetched, and its engine call then reuses them;
+    # 0: every text is tokenised at each use
+    prepared_texts: int = Field(4096, ge=0)
     # While this file exists, no engine call starts: work is read ahead and waits, then
     # runs in priority order once the file is removed. For tests and drills that must
     # control timing (what arrives meanwhile meets in the same calls). Unset: no hold.

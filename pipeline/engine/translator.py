@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import ctranslate2
 import numpy as np
 import sentencepiece
+from cachetools import LRUCache
 
 from pipeline.contract.digest import files_fingerprint
 from pipeline.contract.pairs import Pair
@@ -323,6 +324,7 @@ class CTranslate2Translator(Translator):
         profile_seconds: float = 2.0,
         max_loaded_models: int | None = None,
         max_loaded_bytes: int | None = None,
+        prepared_texts: int = 4096,
     ) -> None:
         """Load the models of ``entries`` (pair entries of one model form that model).
 
@@ -353,6 +355,13 @@ class CTranslate2Translator(Translator):
         self._max_models = max_loaded_models
         self._max_bytes = max_loaded_bytes
         self._known_chars: dict[str, dict[str, bool]] = {}  # pair id -> char -> known
+        # The fair-share agent counts a request's tokens as it is fetched, to sort rounds
+        # by length; its engine call then finds the text prepared instead of tokenising
+        # it again. Prepared from threads (the engine's, the agent's counting): a lock.
+        self._prepared: LRUCache[tuple[str, str], PreparedText] | None = (
+            LRUCache(prepared_texts) if prepared_texts > 0 else None
+        )
+        self._prepared_lock = threading.Lock()
         self._tokenizers: dict[Path, sentencepiece.SentencePieceProcessor] = {}
         self._pairs: dict[str, _Loaded] = {}
         self._lock = threading.RLock()  # loads, unloads and call counts
@@ -401,6 +410,7 @@ class CTranslate2Translator(Translator):
             profile_seconds=settings.profile_seconds,
             max_loaded_models=settings.max_loaded_models,
             max_loaded_bytes=settings.max_loaded_bytes,
+            prepared_texts=settings.prepared_texts,
         )
         translator.replica_plan = plan
         return translator
@@ -601,6 +611,10 @@ class CTranslate2Translator(Translator):
         (``pairs[i]`` is the pair of ``texts[i]``)."""
         prepared = []
         for text, pair in zip(texts, pairs, strict=True):
+            known = self._prepared_before(text, pair)
+            if known is not None:
+                prepared.append(known)
+                continue
             loaded = self._loaded(pair)
             entry = loaded.entry
             pieces: dict[str, list[str]] = {}
@@ -623,7 +637,16 @@ class CTranslate2Translator(Translator):
                 if piece.core
             )
             prepared.append(PreparedText(tuple(cut), sources, pair))
+            if self._prepared is not None:
+                with self._prepared_lock:
+                    self._prepared[(text, pair.id)] = prepared[-1]
         return prepared
+
+    def _prepared_before(self, text: str, pair: Pair) -> PreparedText | None:
+        if self._prepared is None:
+            return None
+        with self._prepared_lock:
+            return self._prepared.get((text, pair.id))
 
     def translate_batch(self, texts: Sequence[str], pair: Pair) -> list[Translation]:
         """Translate ``texts`` for ``pair``; the result has one Translation per text, in order."""

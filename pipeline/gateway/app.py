@@ -34,6 +34,7 @@ from pipeline.gateway.calls import (
     over_limit,
     parse_q,
     parse_translate,
+    text_field,
 )
 from pipeline.gateway.files import FileJobs
 from pipeline.gateway.languages import display_name
@@ -369,8 +370,8 @@ def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
 
 async def _tenant(gateway: Gateway, fields: dict[str, Any]) -> str:
     """The tenant of the call's ``api_key`` (refused when a key is required and unknown)."""
-    key = fields.get("api_key")
-    return await gateway.tenant(key if isinstance(key, str) else None)
+    # a number is a key too (LibreTranslate reads it as its digits): unknown, so 403
+    return await gateway.tenant(text_field(fields, "api_key"))
 
 
 def _add_text_routes(app: FastAPI, gateway: Gateway, limits: GatewaySettings) -> None:

@@ -88,7 +88,7 @@ class TranslateCall:
 NAME = re.compile(r"[^:/\s]{1,64}")
 
 
-def _text(fields: Mapping[str, Any], name: str) -> str | None:
+def text_field(fields: Mapping[str, Any], name: str) -> str | None:
     """A field as a string (None when absent or empty, as LibreTranslate's ``not x``);
     a JSON number is read as its digits, any other non-string is refused."""
     value = fields.get(name)
@@ -131,7 +131,7 @@ def parse_translate(
 ) -> TranslateCall:
     """Check a call's fields in LibreTranslate's order; :class:`ApiError` for the first problem."""
     q_present = fields.get("q") not in (None, "", [])
-    source_code, target_code = _text(fields, "source"), _text(fields, "target")
+    source_code, target_code = text_field(fields, "source"), text_field(fields, "target")
     if not q_present:
         raise missing("q")
     if source_code is None:
@@ -156,7 +156,7 @@ def parse_translate(
     target = languages.resolve(target_code)
     if target is None or not languages.sources_for(target):
         raise not_supported(target_code.lower())
-    text_format = _text(fields, "format") or "text"
+    text_format = text_field(fields, "format") or "text"
     if text_format not in FORMATS:
         raise ApiError(400, f"{text_format} format is not supported")
     if source != AUTO and source != target and not languages.serves(source, target):
@@ -192,7 +192,7 @@ def _extensions(
     fields: Mapping[str, Any], is_json: bool, limits: GatewaySettings
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    glossary = _text(fields, "glossary")
+    glossary = text_field(fields, "glossary")
     if glossary is not None:
         if not NAME.fullmatch(glossary):
             raise ApiError(
@@ -214,7 +214,7 @@ def _extensions(
             raise ApiError(400, f"Invalid request: terms {where}: {first['msg']}") from None
         if len(out["terms"]) > 256:
             raise ApiError(400, "Invalid request: at most 256 terms")
-    priority = _text(fields, "priority")
+    priority = text_field(fields, "priority")
     if priority is not None:
         if priority not in ("interactive", "bulk"):
             raise ApiError(400, "Invalid request: priority must be interactive or bulk")
@@ -225,7 +225,7 @@ def _extensions(
         if number > 3_600_000:
             raise ApiError(400, "Invalid request: deadline_ms parameter must be <= 3600000")
         out["deadline_ms"] = number
-    request_id = _text(fields, "request_id")
+    request_id = text_field(fields, "request_id")
     if request_id is not None:
         if not REQUEST_ID.fullmatch(request_id):
             raise ApiError(400, "Invalid request: request_id must be 1-48 of A-Z a-z 0-9 . _ -")

@@ -113,6 +113,15 @@ def test_deep_translator_with_an_api_key(gateway: GatewayProcess, keys: KeyStore
         keys.revoke(info.id)
 
 
+def test_a_numeric_api_key_is_an_unknown_key(gateway: GatewayProcess) -> None:
+    answer = post(
+        gateway,
+        "/translate",
+        json={"q": "Hello", "source": "en", "target": "en-XA", "api_key": 12345},
+    )
+    assert (answer.status_code, answer.json()) == (403, {"error": "Invalid API key"})
+
+
 def test_mastodon_shape(gateway: GatewayProcess) -> None:
     # Mastodon: JSON, q a list of HTML fragments, source auto; it reads detectedLanguage[i]
     q = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 
 import ctranslate2
 import pytest
@@ -167,3 +168,22 @@ def _samples(name: str) -> float:
     return sum(
         s.value for family in metrics.REGISTRY.collect() for s in family.samples if s.name == name
     )
+
+
+def test_a_text_counted_before_is_not_tokenised_again(translator, monkeypatch):
+    """The fair-share agent counts tokens as it fetches; the engine call reuses them."""
+    text = f"Counted once {uuid.uuid4().hex[:6]}"
+    counted = translator.count_tokens(text, EN_XA)
+    loaded = translator._loaded(EN_XA)
+    calls: list[str] = []
+    encode = loaded.source_sp.encode
+
+    def spy(piece, **kwargs):
+        calls.append(piece)
+        return encode(piece, **kwargs)
+
+    monkeypatch.setattr(loaded.source_sp, "encode", spy)
+    (prepared,) = translator.prepare([text], [EN_XA])
+    assert prepared.tokens == counted and calls == []
+    (other,) = translator.prepare([text], [XA_EN])  # another pair's tokens are its own
+    assert other.pair == XA_EN and calls
