@@ -52,3 +52,8 @@ def parse_instant(text: str, now: int) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
+
+
+def utc_iso(ms: int) -> str:
+    """Epoch milliseconds as an ISO 8601 UTC time, to the second."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")

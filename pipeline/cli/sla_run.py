@@ -15,10 +15,10 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.bulk.state import process_alive
+from pipeline.cli.durations import utc_iso
 from pipeline.contract.messages import now_ms
 
 
@@ -66,8 +66,3 @@ def run_state(checkpoint_dir: Path) -> RunState:
     if process_alive(pid, host):
         return RunState(True, f"pid {pid} on {host}")
     return RunState(False, f"pid {pid} ended without stopping")
-
-
-def utc_iso(ms: int) -> str:
-    """Epoch milliseconds as an ISO 8601 UTC time, to the second."""
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")

@@ -12,11 +12,13 @@ import click
 from pipeline.cli.commands.options import (
     DOMAIN_HELP,
     DURATION,
+    INSTANT,
     LABEL,
     LANGUAGE,
     SOURCE_LANGUAGE,
     TENANT_HELP,
 )
+from pipeline.cli.durations import utc_iso
 from pipeline.client import (
     ReplyBatch,
     RequestOptions,
@@ -25,7 +27,7 @@ from pipeline.client import (
     check_sendable,
     fetch_results,
 )
-from pipeline.contract.messages import TextFormat, now_ms
+from pipeline.contract.messages import TextFormat
 from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.engine.registry import Registry
 from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
@@ -314,10 +316,11 @@ def translate(
 )
 @click.option(
     "--since",
-    type=DURATION,
+    type=INSTANT,
     default="1h",
     show_default=True,
-    help="Scan results written this long ago up to now (e.g. 10m, 2h).",
+    help="Scan results written since: a duration back (10m, 2h), ISO 8601, epoch ms or "
+    "now-<duration> (as `dlq list --since`).",
 )
 @click.option(
     "--wait",
@@ -332,13 +335,13 @@ def results(
     settings: Settings,
     request_ids: tuple[str, ...],
     file: Path | None,
-    since: float,
+    since: int,
     wait: float,
     as_json: bool,
 ) -> None:
     """Print the results of requests sent with `submit`, in the order of REQUEST_IDS.
 
-    Reads translate.results from the first record written --since ago up to
+    Reads translate.results from the first record written --since up to
     the topic's end when the command started, then --wait longer for ids
     still missing. The first result of an id wins (delivery is at-least-once).
     Exits 1 when any request has no result or did not end ok.
@@ -348,10 +351,8 @@ def results(
     if not ids:
         raise click.UsageError("give REQUEST_IDS arguments or --file")
     require_kafka(settings.kafka)
-    replies = fetch_results(
-        settings.kafka, ids, since_ms=now_ms() - round(since * 1000), wait_s=wait
-    )
+    replies = fetch_results(settings.kafka, ids, since_ms=since, wait_s=wait)
     _print_results(
-        ids, replies, as_json, lambda rid: f"no result for {rid} written in the last {since:g}s"
+        ids, replies, as_json, lambda rid: f"no result for {rid} written since {utc_iso(since)}"
     )
     sys.exit(0 if replies.all_ok else 1)

@@ -14,7 +14,8 @@ import click
 from pydantic import ValidationError
 
 from pipeline.cli.commands.options import DURATION, INSTANT
-from pipeline.cli.sla_run import marked_run, utc_iso
+from pipeline.cli.durations import utc_iso
+from pipeline.cli.sla_run import marked_run
 from pipeline.errors import BabelStreamError, ConfigError
 from pipeline.kafka.reachability import require_kafka, require_spark_master
 from pipeline.settings import Settings, SlaSettings
