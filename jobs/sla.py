@@ -876,8 +876,13 @@ def run(
     stop: threading.Event | None = None,
     late_rows: bool = True,
     on_input: Callable[[int], object] | None = None,
+    on_session: Callable[[], object] | None = None,
 ) -> RunSummary:
     """Run the SLA job until ``stop`` is set or, with ``until_idle_s``, input stops.
+
+    ``on_session`` is called once Spark's session is up: PySpark's context sets a
+    SIGINT handler of its own as it starts (it cancels every job and raises
+    KeyboardInterrupt), which a caller stopping on Ctrl-C must replace again.
 
     Raises :class:`~pipeline.sla.logic.SlaJobError` when the query fails (the
     checkpoint keeps what it committed; a rerun resumes there).
@@ -902,6 +907,8 @@ def run(
     tracker = ProgressTracker(until_idle_s, on_input=on_input, activity_topic=sla.source_topic)
     try:
         spark = _session_and_ready_sink(settings, kafka, late_rows)
+        if on_session is not None:
+            on_session()
         running: RunningQuery | None = None
         try:
             running = start_query(spark, settings, sinks)

@@ -47,6 +47,7 @@ from click.testing import CliRunner
 from kafka import KafkaProducer
 
 from pipeline.cli.main import main
+from pipeline.cli.sla_run import run_state
 from pipeline.contract.messages import (
     UNSUPPORTED_PAIR_REASON,
     LateResult,
@@ -239,16 +240,17 @@ class JobProcess:
             assert time.monotonic() < deadline, f"timed out waiting for {what} {self.tail()}"
             time.sleep(0.2)
 
-    def stop(self, timeout_s: float = 120.0) -> None:
-        """SIGTERM, then wait for a clean exit."""
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout_s: float = 120.0) -> None:
+        """``sig`` (SIGINT: Ctrl-C), then wait for a clean exit: 0, no traceback."""
+        self.proc.send_signal(sig)
         try:
             rc = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"job still running {timeout_s}s after SIGTERM {self.tail()}")
+            pytest.fail(f"job still running {timeout_s}s after {sig.name} {self.tail()}")
         for reader in self._readers:
             reader.join(timeout=10)
         assert rc == 0, self.tail()
+        assert not any("Traceback" in line for line in self.stderr), self.tail()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -510,7 +512,9 @@ def scenario(
         jobs.append(second := JobProcess(job_args(topics, work), env))
         realtime, emitted = run_realtime(second, bootstrap, topics, tail, rng)
         _stage(started, f"quiet pair's windows out; batches {second.batches()}")
-        second.stop()
+        # Ctrl-C: PySpark's context sets a SIGINT handler of its own as it starts
+        second.stop(signal.SIGINT)
+        assert run_state(work / "ck").detail.startswith("stopped at "), "status: stopped"
         tail.drain(quiet_s=2.0)
         late_tail.drain(quiet_s=1.0)
     finally:

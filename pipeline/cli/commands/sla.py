@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import threading
@@ -36,18 +37,27 @@ def _sinks(value: str | None) -> tuple[str, ...] | None:
     return None if value is None else tuple(s.strip() for s in value.split(",") if s.strip())
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGINT / SIGTERM, so the job stops between micro-batches."""
+    """An event set by SIGINT / SIGTERM, so the job stops between micro-batches
+    (:func:`stop_on` sets the handlers again once something replaced them)."""
     stop = threading.Event()
-    previous = {
-        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    stop_on(stop)
     try:
         yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stop_on(stop: threading.Event) -> None:
+    """SIGINT and SIGTERM set ``stop`` (and do nothing else)."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, lambda *_: stop.set())
 
 
 def summary_line(summary: RunSummary) -> str:
@@ -143,7 +153,14 @@ def sla(
 
     with stop_on_signals() as stop, marked_run(job_settings.sla.checkpoint_dir):
         try:
-            summary = run(job_settings, until_idle_s=until_idle, stop=stop, late_rows=late_rows)
+            summary = run(
+                job_settings,
+                until_idle_s=until_idle,
+                stop=stop,
+                late_rows=late_rows,
+                # Spark's context took SIGINT over: Ctrl-C would cancel its jobs mid-batch
+                on_session=functools.partial(stop_on, stop),
+            )
         except BabelStreamError as exc:
             raise click.ClickException(str(exc)) from exc
     click.echo(summary_line(summary), err=True)
