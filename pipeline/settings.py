@@ -718,7 +718,8 @@ class GatewaySettings(_Section):
     # Retry-After of a 503
     retry_after_s: int = Field(1, ge=1)
     # request limits, checked before anything is produced (LibreTranslate's char_limit,
-    # batch_limit; -1 there, a bound here): characters per text, texts per list, body bytes
+    # batch_limit; -1 there, a bound here): characters per call (a list's texts together,
+    # as LibreTranslate counts them), texts per list, body bytes
     char_limit: int = Field(5000, ge=1)
     batch_limit: int = Field(128, ge=1)
     max_body_bytes: int = Field(1 << 20, ge=1024)

@@ -120,9 +120,11 @@ def parse_q(
         texts = [q if is_json else "\n".join(q.splitlines())]
     else:
         raise ApiError(400, "Invalid request: q must be a string or a list of strings")
-    for text in texts:
-        if len(text) > limits.char_limit:
-            raise over_limit(len(text), limits.char_limit)
+    # LibreTranslate's char_limit bounds a call, the texts of a list together: a call's
+    # work (and what one caller can hold up behind it) is bounded, not a text's
+    chars = sum(len(text) for text in texts)
+    if chars > limits.char_limit:
+        raise over_limit(chars, limits.char_limit)
     return texts, as_list
 
 

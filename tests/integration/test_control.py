@@ -17,7 +17,7 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +368,41 @@ def test_over_quota_requests_are_rejected_with_retry_after(
     assert worker.stats()["engine_texts"] - engine_before == 4
 
 
+def answered_before_the_last(
+    settings: Settings,
+    worker: WorkerProcess,
+    first: Sequence[TranslationRequest],
+    then: Sequence[TranslationRequest],
+    read_ahead: Callable[[], bool],
+) -> int:
+    """Submit ``first``, then ``then``, while the worker's engine is held, until
+    ``read_ahead()``; release it and collect every result: how many of ``first`` were
+    answered before the last of ``then``.
+
+    Holding the engine until both are read makes the order a property of the
+    scheduler, not of the machine's speed.
+    """
+    replies = ReplyBatch(request_ids=[r.request_id for r in (*first, *then)])
+    with ResultListener(settings.kafka, [RESULTS_TOPIC]) as listener:
+        with worker.engine_held():
+            with TranslationClient(settings.kafka, settings.limits) as client:
+                client.submit(first)
+                client.submit(then)
+            deadline = time.monotonic() + 120
+            while not read_ahead():
+                assert time.monotonic() < deadline, "the requests were not read ahead"
+                time.sleep(0.2)
+            listener.scan(replies)
+            assert not replies.results, "answered while the engine was held"
+        deadline = time.monotonic() + 300
+        while replies.missing and time.monotonic() < deadline:
+            listener.collect(replies, timeout_s=1.0)
+    assert not replies.missing and replies.all_ok
+    done_at = {rid: result.completed_at for rid, result in replies.results.items()}
+    last = max(done_at[r.request_id] for r in then)
+    return sum(done_at[r.request_id] < last for r in first)
+
+
 FLOOD_N, STEADY_N = 1000, 20
 
 
@@ -391,25 +426,13 @@ def test_a_steady_tenant_overtakes_a_flood_read_before_it(
 
     flood = tenant_requests("flood", FLOOD_N, seed=62)
     steady = tenant_requests("steady", STEADY_N, seed=63)
-    replies = ReplyBatch(request_ids=[r.request_id for r in (*flood, *steady)])
-    with ResultListener(settings.kafka, [RESULTS_TOPIC]) as listener:
-        with worker.engine_held():
-            with TranslationClient(settings.kafka, settings.limits) as client:
-                client.submit(flood)
-                client.submit(steady)
-            deadline = time.monotonic() + 120
-            while held_for(worker, f"steady-{marker}") < STEADY_N:
-                assert time.monotonic() < deadline, "the steady requests were not read ahead"
-                time.sleep(0.2)
-            listener.scan(replies)
-            assert not replies.results, "answered while the engine was held"
-        deadline = time.monotonic() + 300
-        while replies.missing and time.monotonic() < deadline:
-            listener.collect(replies, timeout_s=1.0)
-    assert not replies.missing and replies.all_ok
-    done_at = {rid: result.completed_at for rid, result in replies.results.items()}
-    steady_done = max(done_at[r.request_id] for r in steady)
-    flood_before = sum(done_at[r.request_id] < steady_done for r in flood)
+    flood_before = answered_before_the_last(
+        settings,
+        worker,
+        flood,
+        steady,
+        lambda: held_for(worker, f"steady-{marker}") >= STEADY_N,
+    )
     print(f"\nflood results before the last steady one: {flood_before}/{FLOOD_N}")
     # first come first served: all of the flood first; fair rounds alternate the two
     # tenants, after the rounds that were in flight before the steady requests were read
@@ -448,32 +471,16 @@ def test_interactive_work_goes_before_bulk_work_read_before_it(
         DEMO_PAIR,
         RequestOptions(timeout_ms=MAX_TIMEOUT_MS, tenant=f"interactive-{marker}"),
     )
-    replies = ReplyBatch(request_ids=[r.request_id for r in (*bulk, *interactive)])
     topics = {work_topic(DEMO_MODEL): INTERACTIVE_N, bulk_work_topic(DEMO_MODEL): BULK_N}
     before = worker.stats()["admitted"]
-    with ResultListener(settings.kafka, [RESULTS_TOPIC]) as listener:
-        with worker.engine_held():
-            with TranslationClient(settings.kafka, settings.limits) as client:
-                client.submit(bulk)
-                client.submit(interactive)
-            # every request of both taken in by its agent (held for a round, or in a batch
-            # waiting for the engine), so none arrives once the engine is released
-            deadline = time.monotonic() + 120
-            while True:
-                admitted = worker.stats()["admitted"]
-                if all(admitted.get(t, 0) - before.get(t, 0) >= n for t, n in topics.items()):
-                    break
-                assert time.monotonic() < deadline, f"not read ahead: {admitted}"
-                time.sleep(0.2)
-            listener.scan(replies)
-            assert not replies.results, "answered while the engine was held"
-        deadline = time.monotonic() + 300
-        while replies.missing and time.monotonic() < deadline:
-            listener.collect(replies, timeout_s=1.0)
-    assert not replies.missing and replies.all_ok
-    done_at = {rid: result.completed_at for rid, result in replies.results.items()}
-    interactive_done = max(done_at[r.request_id] for r in interactive)
-    bulk_before = sum(done_at[r.request_id] < interactive_done for r in bulk)
+
+    def all_taken_in() -> bool:
+        # every request of both taken in by its agent (held for a round, or in a batch
+        # waiting for the engine), so none arrives once the engine is released
+        admitted = worker.stats()["admitted"]
+        return all(admitted.get(t, 0) - before.get(t, 0) >= n for t, n in topics.items())
+
+    bulk_before = answered_before_the_last(settings, worker, bulk, interactive, all_taken_in)
     print(f"\nbulk results before the last interactive one: {bulk_before}/{BULK_N}")
     # first come first served would answer the bulk segments, read first, first
     assert bulk_before <= settings.worker.bulk_max_messages

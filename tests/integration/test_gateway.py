@@ -206,6 +206,11 @@ def test_limits_are_enforced_before_anything_is_produced(gateway: GatewayProcess
     )
     assert too_many.status_code == 400
     assert too_many.json()["error"] == "Invalid request: request (65) exceeds text limit (64)"
+    # one call's texts together: 3 x 700 characters over the 2,000 a call may hold
+    too_long = post(
+        gateway, "/translate", json={"q": ["x" * 700] * 3, "source": "en", "target": "en-XA"}
+    )
+    assert too_long.json() == {"error": "Invalid request: request (2100) exceeds text limit (2000)"}
     too_big = post(
         gateway, "/translate", json={"q": "x" * 70_000, "source": "en", "target": "en-XA"}
     )

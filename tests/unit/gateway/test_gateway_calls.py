@@ -74,6 +74,11 @@ def test_checks_come_in_libretranslates_order_with_its_messages() -> None:
         400,
         "Invalid request: request (11) exceeds text limit (10)",
     )
+    # the characters of a list's texts together, as LibreTranslate counts them
+    assert error({**base, "q": ["x" * 6, "x" * 5]}) == (
+        400,
+        "Invalid request: request (11) exceeds text limit (10)",
+    )
     assert error({**base, "source": "XX"}) == (400, "xx is not supported")
     assert error({**base, "target": "fr"}) == (400, "fr is not supported")
     assert error({**base, "format": "pdf"}) == (400, "pdf format is not supported")
