@@ -55,6 +55,12 @@ class ServiceUnavailable(BabelStreamError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class ModelSourceError(ConfigError):
+    """A model source cannot be imported as it is: a corrupt archive, a checksum that does
+    not match, no pair in its metadata, a pair the index does not list, a model that does
+    not load. Nothing was registered."""
+
+
 class EngineError(BabelStreamError):
     """The translation engine failed."""
 

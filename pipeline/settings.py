@@ -45,6 +45,8 @@ CONFIG_VARIABLE = ENV_PREFIX + "CONFIG"
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
+# weight types CTranslate2's converters write
+Quantization = Literal["int8", "int8_float16", "int8_float32", "float16", "float32"]
 
 
 class _Section(BaseModel):
@@ -759,6 +761,26 @@ class GatewaySettings(_Section):
     redis_timeout_s: float = Field(5.0, gt=0)
 
 
+class ModelImportSettings(_Section):
+    """Model imports (``babelstream models add``): downloads and the Argos package index."""
+
+    # downloads land here (a .part file while they run, resumed on the next try)
+    download_dir: Path = PROJECT_ROOT / "var" / "downloads"
+    # each connect or read may wait this long; a download is tried this many times
+    # (transport errors and 5xx answers; a resumed try continues where the last stopped)
+    download_timeout_s: float = Field(30.0, gt=0)
+    download_attempts: int = Field(5, ge=1)
+    # the first wait between tries; it doubles, up to download_retry_max_s
+    download_retry_s: float = Field(1.0, ge=0)
+    download_retry_max_s: float = Field(30.0, ge=0)
+    # Argos Translate's package index (`babelstream models add argos --pair en_de`)
+    argos_index: str = (
+        "https://raw.githubusercontent.com/argosopentech/argospm-index/main/index.json"
+    )
+    # the Marian converter's weight type for OPUS-MT releases
+    quantization: Quantization = "int8"
+
+
 class DrillSettings(_Section):
     """Fault drills (``babelstream drill``, ``tests/chaos``): traffic, fault lengths, bounds."""
 
@@ -832,6 +854,7 @@ class Settings(BaseSettings):
     observability: ObservabilitySettings = ObservabilitySettings()
     dashboard: DashboardSettings = DashboardSettings()
     gateway: GatewaySettings = GatewaySettings()
+    models: ModelImportSettings = ModelImportSettings()
     # Development tooling (DEVELOPMENT_SECTIONS): the local stack, the local Spark
     # cluster, fault drills, benchmarks. No worker, router, job or gateway reads them.
     stack: StackSettings = StackSettings()

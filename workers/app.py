@@ -110,7 +110,7 @@ def create_app(
             s.limits,
             worker=ctx.worker_name,
             hint=f" in {s.engine.registry} (add a model that serves it: "
-            "`babelstream models convert ... --pair SRC_TGT`)",
+            "`babelstream models add argos --pair SRC_TGT`)",
             detect=detect,
         )
         probe_pair = next((m.model.any_entry().pair for m in served), Pair("en", "de"))

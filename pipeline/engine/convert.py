@@ -15,18 +15,29 @@ in ``.venv-train``); ``babelstream models convert`` runs them there.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
 from pipeline.errors import ConfigError
+from pipeline.settings import PROJECT_ROOT, Quantization
 
 SOURCES = ("transformers", "opennmt-py", "marian")
-QUANTIZATIONS = ("int8", "int8_float16", "int8_float32", "float16", "float32")
+QUANTIZATIONS: tuple[str, ...] = get_args(Quantization)
 # SentencePiece files that model families ship, in order of preference
 _TOKENIZER_FILES = ("source.spm", "target.spm", "sentencepiece.bpe.model", "spm.model")
 NEEDS_TORCH = frozenset({"transformers", "opennmt-py"})
+# the virtualenv with PyTorch and transformers (`make train-env`)
+TRAIN_PYTHON = PROJECT_ROOT / ".venv-train" / "bin" / "python"
+TRAIN_HINT = (
+    "PyTorch and transformers live in a separate virtualenv: create it with `make train-env` "
+    "(or `python -m venv .venv-train && .venv-train/bin/pip install -e '.[train]'`)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +111,26 @@ def _marian_files(src: Path) -> tuple[Path, list[Path]]:
     if not vocabs:
         raise ConfigError(f"{src}: no *.vocab.yml vocabulary next to the model")
     return models[0], vocabs
+
+
+def run_in_train_env(module: str, args: list[str], python: Path | None = None) -> None:
+    """Run ``python -m module args`` where PyTorch is: this interpreter when it has it,
+    else ``python`` (the training virtualenv's by default); ConfigError naming the
+    install when neither has it."""
+    python = python or TRAIN_PYTHON
+    if importlib.util.find_spec("torch") is not None:
+        python = Path(sys.executable)
+    elif not Path(python).is_file():
+        raise ConfigError(f"{python} not found. {TRAIN_HINT}")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    code = subprocess.call([str(python), "-m", module, *args], cwd=PROJECT_ROOT, env=env)
+    if code != 0:
+        raise ConfigError(f"{module} failed (exit {code})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,8 @@ A ``[[pair]]`` table per pair (bilingual models, or a few pairs of one model)::
     max_input_tokens = 512          # longer texts are split (see engine.translator)
     max_output_tokens = 1024        # decoding cap: the model's position limit
     decoding = "free"               # free | input_length (benchmark models, see translator)
+    source = "argos:translate-en_de-1_9"  # optional: where it came from (`models add`)
+    licence = "CC-BY-4.0"           # optional: the licence its source declares
     model_id = "demo"               # optional; defaults to the model dir's name
 
 Tables that name the same ``model_id`` (the default: the same directory) are
@@ -93,6 +95,8 @@ _KEYS = frozenset(
         "max_output_tokens",
         "description",
         "decoding",
+        "source",
+        "licence",
     }
 )
 
@@ -131,6 +135,9 @@ class PairEntry:
     max_output_tokens: int = 1024
     description: str = ""
     decoding: str = "free"
+    # where the model came from (`babelstream models add`) and its licence, when declared
+    source: str = ""
+    licence: str = ""
 
     def problems(self) -> list[str]:
         """What is missing on disk for this entry (empty when it can be loaded)."""
@@ -179,9 +186,16 @@ _MODEL_KEYS = frozenset(
         "max_output_tokens",
         "description",
         "decoding",
+        "source",
+        "licence",
     }
 )
 _BCP47 = re.compile(r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
+
+
+def is_language_tag(tag: str) -> bool:
+    """Whether ``tag`` has the shape of a BCP-47 tag (``en``, ``zh-Hant``, ``en-XA``)."""
+    return bool(_BCP47.match(tag))
 
 
 @dataclass(frozen=True)
@@ -431,7 +445,7 @@ class Registry:
             if model is None:
                 raise ConfigError(
                     f"pair {wanted.id} is not in {self.path} ({self.describe()}); add a model "
-                    "that serves it (`babelstream models convert ... --pair "
+                    "that serves it (`babelstream models add argos --pair "
                     f"{wanted.id}`, or a [[model]] table listing both languages)"
                 )
             chosen[model.model_id] = model
@@ -560,7 +574,7 @@ def _model(item: Any, base: Path, where: str) -> ModelEntry:
     if not (
         isinstance(languages, list)
         and len(languages) >= 2
-        and all(isinstance(lang, str) and _BCP47.match(lang) for lang in languages)
+        and all(isinstance(lang, str) and is_language_tag(lang) for lang in languages)
     ):
         raise ConfigError(f"{where}: 'languages' must list two or more BCP-47 tags")
     if len(set(languages)) != len(languages):
@@ -643,8 +657,9 @@ def _entry_toml(entry: PairEntry, base: Path) -> str:
     lines.append(f"max_output_tokens = {entry.max_output_tokens}")
     if entry.decoding != "free":
         lines.append(f"decoding = {_toml_str(entry.decoding)}")
-    if entry.description:
-        lines.append(f"description = {_toml_str(entry.description)}")
+    for key in ("description", "source", "licence"):
+        if getattr(entry, key):
+            lines.append(f"{key} = {_toml_str(getattr(entry, key))}")
     return "\n".join(lines) + "\n"
 
 
@@ -695,6 +710,8 @@ def _entry(item: Any, base: Path, where: str) -> PairEntry:
         max_output_tokens=limits["max_output_tokens"],
         description=str(item.get("description", "")),
         decoding=decoding,
+        source=str(item.get("source", "")),
+        licence=str(item.get("licence", "")),
     )
 
 

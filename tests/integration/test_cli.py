@@ -136,7 +136,7 @@ def test_after_a_timeout_translate_says_whether_a_worker_serves_the_pair(
     assert served.startswith("en_en-XA is served by babelstream (1 members)"), served
     unserved = no_result_hint(settings, Pair("en", "xx"))
     assert unserved.startswith("no model serves en_xx: add one to "), unserved
-    assert "babelstream models convert ... --pair en_xx" in unserved
+    assert "babelstream models add argos --pair en_xx" in unserved
 
 
 def test_status_shows_the_worker_and_what_is_not_running(

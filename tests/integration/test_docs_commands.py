@@ -82,7 +82,8 @@ def scratch(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _run(command: ShellCommand, cwd: Path, env: dict[str, str], timeout_s: float) -> None:
+def run_command(command: ShellCommand, cwd: Path, env: dict[str, str], timeout_s: float) -> str:
+    """Run a page's command as a user types it (bash, pipefail); its stdout."""
     text = command.text
     started = time.monotonic()
     result = subprocess.run(
@@ -99,6 +100,7 @@ def _run(command: ShellCommand, cwd: Path, env: dict[str, str], timeout_s: float
         f"{command.page}: `{command.first_line}` exited {result.returncode} after "
         f"{time.monotonic() - started:.0f}s\n{result.stdout[-1500:]}\n{result.stderr[-3000:]}"
     )
+    return result.stdout
 
 
 def _on_worker(command: ShellCommand, worker: WorkerProcess) -> ShellCommand:
@@ -132,16 +134,16 @@ def test_getting_started_sla_until_idle_ends(stack: Endpoints, scratch: Path) ->
         "BABELSTREAM_SLA__HISTORY_DIR": str(scratch / "history"),
         "BABELSTREAM_SLA__LATE_HISTORY_DIR": str(scratch / "late"),
     }
-    _run(sla, scratch, env, timeout_s=300)
+    run_command(sla, scratch, env, timeout_s=300)
 
 
 def test_getting_started_commands_run(worker: WorkerProcess, scratch: Path) -> None:
     for command in _runnable(GETTING_STARTED):
         if " sla " in command.first_line:
             continue  # below, once no worker ticks
-        _run(_on_worker(command, worker), scratch, {}, timeout_s=180)
+        run_command(_on_worker(command, worker), scratch, {}, timeout_s=180)
 
 
 def test_runbook_commands_run(worker: WorkerProcess, scratch: Path) -> None:
     for command in _runnable(RUNBOOK):
-        _run(_on_worker(command, worker), scratch, {}, timeout_s=180)
+        run_command(_on_worker(command, worker), scratch, {}, timeout_s=180)

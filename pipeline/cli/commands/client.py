@@ -184,7 +184,7 @@ def no_result_hint(settings: Settings, pair: Pair) -> str:
     if model is None:
         return (
             f"no model serves {pair.id}: add one to {settings.engine.registry} "
-            f"(`babelstream models convert ... --pair {pair.id}`)"
+            f"(`babelstream models add argos --pair {pair.id}`)"
         )
     workers = serving(groups, work_topic(model.model_id))
     if not workers:

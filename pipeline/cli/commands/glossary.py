@@ -47,7 +47,7 @@ def _served_pair(settings: Settings, value: str) -> str:
     if registry.model_for(pair) is None:
         raise click.BadParameter(
             f"no model serves {pair.id} in {registry.path} ({registry.describe()}); add one "
-            f"with `babelstream models convert ... --pair {pair.id}` first",
+            f"with `babelstream models add argos --pair {pair.id}` first",
             param_hint="--pair",
         )
     return pair.id

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 
 from pipeline.contract.pairs import Pair
-from pipeline.engine.convert import NEEDS_TORCH, QUANTIZATIONS, SOURCES, find_tokenizers
+from pipeline.engine.convert import (
+    NEEDS_TORCH,
+    QUANTIZATIONS,
+    SOURCES,
+    TRAIN_PYTHON,
+    find_tokenizers,
+    run_in_train_env,
+)
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.errors import ContractError
 from pipeline.settings import PROJECT_ROOT, Settings
-
-TRAIN_PYTHON = PROJECT_ROOT / ".venv-train" / "bin" / "python"
-_TRAIN_HINT = (
-    "PyTorch and transformers live in a separate virtualenv: create it with `make train-env` "
-    "(or `python -m venv .venv-train && .venv-train/bin/pip install -e '.[train]'`)"
-)
 
 
 @click.group()
@@ -46,11 +44,95 @@ def list_models(settings: Settings, as_json: bool, registry: Path | None) -> Non
         click.echo(json.dumps({"registry": str(reg.path), "pairs": rows}, indent=2))
         return
     click.echo(f"registry: {reg.path}")
-    line = "{:<14} {:<24} {:<8} {}  {}".format
-    click.echo(line("PAIR", "MODEL", "COMPUTE", "DIRECTORY", "FILES"))
+    line = "{:<14} {:<24} {:<8} {:<5} {:<32} {}".format
+    click.echo(line("PAIR", "MODEL", "COMPUTE", "FILES", "SOURCE", "LICENCE"))
     for row in rows:
-        files = "ok" if row["ok"] else "MISSING: " + "; ".join(row["problems"])
-        click.echo(line(row["pair"], row["model_id"], row["compute_type"], row["model_dir"], files))
+        files = "ok" if row["ok"] else "MISSING"
+        click.echo(
+            line(
+                row["pair"],
+                row["model_id"],
+                row["compute_type"],
+                files,
+                row["source"] or "-",
+                row["licence"] or "-",
+            )
+        )
+        if not row["ok"]:
+            click.echo(f"  {row['model_dir']}: " + "; ".join(row["problems"]))
+
+
+@models.command()
+@click.argument("source")
+@click.option(
+    "--pair",
+    "pair_ids",
+    multiple=True,
+    help="SRC_TGT: the pair(s) to take from an Argos index or a folder of packages; for an "
+    "OPUS-MT release or a Hugging Face name, the pair it translates when it does not say.",
+)
+@click.option("--sha256", help="The archive's SHA-256 (an index's published one is checked too).")
+@click.option("--model-id", help="Name the model (its work topics) [default: from the source].")
+@click.option("--force", is_flag=True, help="Replace a model or pair the registry has already.")
+@click.option(
+    "--registry",
+    type=click.Path(path_type=Path),
+    help="Registry file (default: settings); the models go beside it.",
+)
+@click.pass_obj
+def add(
+    settings: Settings,
+    source: str,
+    pair_ids: tuple[str, ...],
+    sha256: str | None,
+    model_id: str | None,
+    force: bool,
+    registry: Path | None,
+) -> None:
+    """Add a model from SOURCE to the registry, ready to serve.
+
+    \b
+    SOURCE is one of:
+      an Argos package      translate-en_de-1_0.argosmodel (a file or URL)
+      installed packages    ~/.local/share/argos-translate/packages (every package)
+      the Argos index       argos --pair en_de (or an index URL ending in .json)
+      an OPUS-MT release    opus-2020-02-26.zip (a file or URL; converted, int8)
+      a Hugging Face name   Helsinki-NLP/opus-mt-en-de (needs `make train-env`)
+
+    Downloads resume where they stopped and are checked against a SHA-256 when one
+    is given or published. Each model is loaded and tried before it is registered:
+    a source that fails any step registers nothing.
+    """
+    from pipeline.engine.imports.install import ModelImporter
+
+    try:
+        pairs = [Pair.parse(p) for p in pair_ids]
+    except ContractError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pair") from None
+    importer = ModelImporter(
+        registry or settings.engine.registry,
+        settings.models,
+        force=force,
+        say=lambda line: click.echo(line, err=True),
+    )
+    added = importer.add(source, pairs, sha256=sha256, model_id=model_id)
+    if not added:
+        raise click.ClickException(f"{source}: no translation model to add")
+    for model in added:
+        click.echo(
+            json.dumps(
+                {
+                    "model_id": model.model_id,
+                    "pairs": list(model.pairs),
+                    "model_dir": str(model.model_dir),
+                    "source": model.source,
+                    "licence": model.licence,
+                    "sample": model.sample,
+                    "model_bytes": model.model_bytes,
+                },
+                ensure_ascii=False,
+            )
+        )
 
 
 @models.command()
@@ -122,7 +204,7 @@ def convert(
     if force:
         args.insert(0, "--force")
     if kind in NEEDS_TORCH and importlib.util.find_spec("torch") is None:
-        _run_in_train_env("pipeline.engine.convert", args)
+        run_in_train_env("pipeline.engine.convert", args)
     else:
         from pipeline.engine.convert import main as convert_main
 
@@ -195,7 +277,7 @@ def build_demo(train_python: Path, build_args: tuple[str, ...]) -> None:
     Extra options go to it: --steps N, --threads N, --work-dir DIR,
     --output DIR, --stages tokenizer,train,convert,eval, --fresh.
     """
-    _run_in_train_env("pipeline.demo_model.build", list(build_args), train_python)
+    run_in_train_env("pipeline.demo_model.build", list(build_args), train_python)
 
 
 @models.command("build-bench")
@@ -340,20 +422,3 @@ def _registry(settings: Settings, path: Path | None, *, create: bool = False) ->
     if create and not target.exists():
         return Registry(path=target)
     return Registry.load(target)
-
-
-def _run_in_train_env(module: str, args: list[str], python: Path = TRAIN_PYTHON) -> None:
-    """Run ``python -m module args`` with the training virtualenv's Python, or explain."""
-    if importlib.util.find_spec("torch") is not None:
-        python = Path(sys.executable)
-    elif not Path(python).is_file():
-        raise click.ClickException(f"{python} not found. {_TRAIN_HINT}")
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
-    code = subprocess.call([str(python), "-m", module, *args], cwd=PROJECT_ROOT, env=env)
-    if code != 0:
-        raise click.ClickException(f"{module} failed (exit {code})")

@@ -294,7 +294,7 @@ def test_glossary_mistakes_are_usage_mistakes(tmp_path: Path, glossary_file: Pat
     assert f"{empty}: no terms" in line
     line = one_line(run([*put, "--pair", "en_xx", str(glossary_file)]), EXIT_USAGE)
     assert "--pair" in line and "no model serves en_xx" in line and "en_en-XA" in line, line
-    assert "babelstream models convert" in line, line
+    assert "babelstream models add argos --pair en_xx" in line, line
 
 
 def test_glossary_with_redis_down_is_unavailable(glossary_file: Path) -> None:

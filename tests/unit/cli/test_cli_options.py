@@ -61,8 +61,8 @@ def test_models_list_has_a_header_row() -> None:
     result = CliRunner().invoke(main, ["models", "list"])
     assert result.exit_code == 0, result.output
     header, first = result.stdout.splitlines()[1:3]
-    assert header.split() == ["PAIR", "MODEL", "COMPUTE", "DIRECTORY", "FILES"]
-    assert first.split()[0] == "en_en-XA" and first.split()[-1] == "ok"
+    assert header.split() == ["PAIR", "MODEL", "COMPUTE", "FILES", "SOURCE", "LICENCE"]
+    assert first.split()[0] == "en_en-XA" and first.split()[3] == "ok"
 
 
 def test_status_words_for_each_state_of_a_service() -> None:
