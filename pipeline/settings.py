@@ -262,6 +262,15 @@ class EngineSettings(_Section):
     # room (a request for a cold model waits for its load).
     max_loaded_models: int | None = Field(None, ge=1)
     max_loaded_bytes: int | None = Field(None, ge=1)
+    # Under a budget, a batch for a model that is not loaded waits for a loaded one to go
+    # idle (no batch of it for swap_idle_s: a model with a backlog has its next batch
+    # within milliseconds, so its backlog drains before it is swapped out), at most
+    # swap_max_wait_s; then the loaded model quiet the longest makes room anyway
+    # (pipeline/control/residency.py).
+    # A shorter bound evens out the waits of models that are all busy at once, at the
+    # cost of more loads (bench pairs' fleet step: docs/performance).
+    swap_idle_s: float = Field(0.25, ge=0)
+    swap_max_wait_s: float = Field(10.0, ge=0)
     # texts kept tokenised (per pair, least recently used out): the fair-share agent
     # counts a request's tokens as it is fetched, and its engine call then reuses them;
     # 0: every text is tokenised at each use

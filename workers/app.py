@@ -196,6 +196,7 @@ def _add_model_agents(
             canary_text=w.canary_for,
             shaper=shaper,
             label=model.model_id,
+            residency=ctx.residency,
         )
         steps = translation_steps(
             model=model.model_id,

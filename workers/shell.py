@@ -21,6 +21,7 @@ import faust
 from faust.types import TP as FaustTP
 
 from pipeline.control.priority import PriorityGate
+from pipeline.control.residency import ModelResidency
 from pipeline.engine.registry import ModelEntry
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import Translator
@@ -70,6 +71,8 @@ class WorkerContext:
     cache: TwoLevelCache
     worker_name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
     gate: PriorityGate = field(default_factory=PriorityGate)
+    # under a model memory budget: which model's batches go to the engine next
+    residency: ModelResidency | None = None
     stats: WorkerStats = field(default_factory=WorkerStats)
     # markup, placeholders and glossaries (pipeline/fidelity); None: plain text only
     fidelity: FidelityService | None = None

@@ -47,7 +47,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -481,16 +481,40 @@ class CTranslate2Translator(Translator):
                 log.info("loaded model %s in %.2fs", model.entry.model_id, seconds)
             return model.translator
 
+    @property
+    def budgeted(self) -> bool:
+        """Whether a memory budget bounds the models loaded at once."""
+        return self._max_models is not None or self._max_bytes is not None
+
+    def fits(self, models: Collection[str]) -> bool:
+        """Whether the models named (ids this translator serves) fit the budget together."""
+        chosen = [self._models[m] for m in models if m in self._models]
+        return (self._max_models is None or len(chosen) <= self._max_models) and (
+            self._max_bytes is None or sum(m.bytes for m in chosen) <= self._max_bytes
+        )
+
+    def unload(self, model_id: str) -> bool:
+        """Unload ``model_id`` when it is loaded and no call uses it; whether it was."""
+        with self._lock:
+            model = self._models[model_id]
+            if model.translator is None or model.calls:
+                return False
+            self._unload(model, "to make room for a model with work waiting")
+            return True
+
+    def _unload(self, victim: _Model, why: str) -> None:
+        assert victim.translator is not None
+        del victim.translator  # frees its weights once no call holds a reference
+        victim.translator = None
+        metrics.record_model_eviction(victim.entry.model_id)
+        log.info("unloaded model %s %s", victim.entry.model_id, why)
+
     def _make_room(self, wanted: _Model) -> None:
         """Unload least recently used idle models until ``wanted`` fits the budget."""
 
         def over() -> bool:
             loaded = [m for m in self._models.values() if m.translator is not None]
-            count = self._max_models is not None and len(loaded) + 1 > self._max_models
-            size = self._max_bytes is not None and (
-                sum(m.bytes for m in loaded) + wanted.bytes > self._max_bytes
-            )
-            return count or size
+            return not self.fits([m.entry.model_id for m in [*loaded, wanted]])
 
         while over():
             idle = sorted(
@@ -503,16 +527,7 @@ class CTranslate2Translator(Translator):
                     wanted.entry.model_id,
                 )
                 return
-            victim = idle[0]
-            assert victim.translator is not None
-            del victim.translator  # frees its weights once no call holds a reference
-            victim.translator = None
-            metrics.record_model_eviction(victim.entry.model_id)
-            log.info(
-                "unloaded model %s to make room for %s",
-                victim.entry.model_id,
-                wanted.entry.model_id,
-            )
+            self._unload(idle[0], f"to make room for {wanted.entry.model_id}")
 
     def _tokenizer(self, path: Path) -> sentencepiece.SentencePieceProcessor:
         with self._lock:

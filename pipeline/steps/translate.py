@@ -13,15 +13,17 @@ Failures are classified before anything is resolved:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pipeline.contract.pairs import Pair
 from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
+from pipeline.control.residency import ModelResidency
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import cost_of
 from pipeline.engine.overlap import EngineLane, staged
@@ -81,8 +83,10 @@ class EngineRunner:
         canary_text: Callable[[str], str],
         shaper: BatchShaper | None = None,
         label: str | None = None,
+        residency: ModelResidency | None = None,
     ) -> None:
-        """``label``: the model, in metrics (default: the translator's model id)."""
+        """``label``: the model, in metrics and to ``residency`` (default: the translator's
+        model id); ``residency``: under a memory budget, when a batch may go to the engine."""
         self._translator = translator
         self._lane: EngineLane[Any] = EngineLane(staged(translator), gate.replicas)
         self._batcher = batcher
@@ -91,6 +95,7 @@ class EngineRunner:
         self._priority_label = "bulk" if priority == BULK else "interactive"
         self._canary_text = canary_text
         self._label = label or translator.model_id
+        self._residency = residency
         self.shaper = shaper
 
     def _planner(self, pair: Pair) -> TokenBudgetBatcher:
@@ -118,8 +123,31 @@ class EngineRunner:
         TransientError when the engine is at fault.
 
         ``on_last_call`` runs when the planned calls' last one gets the engine
-        (not for the calls that narrow down a failure).
+        (not for the calls that narrow down a failure). Under a memory budget the
+        batch first waits for its model to be resident (:class:`ModelResidency`).
         """
+        async with self._resident():
+            return await self._run(texts, pairs, stats, on_last_call)
+
+    @contextlib.asynccontextmanager
+    async def _resident(self) -> AsyncIterator[None]:
+        """While the batch's model may use the engine (at once without a budget)."""
+        if self._residency is None:
+            yield
+            return
+        end = await self._residency.admit(self._label)
+        try:
+            yield
+        finally:
+            end()
+
+    async def _run(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[Pair],
+        stats: BatchStats,
+        on_last_call: Callable[[], None] | None,
+    ) -> list[Translation | EngineRejected]:
         prepared = await self._lane.prepare(texts, pairs)
         groups: dict[Hashable, list[int]] = {}
         for i, text in enumerate(prepared):
@@ -194,9 +222,10 @@ class EngineRunner:
         texts = list(texts)
         began = time.perf_counter()
         try:
-            out: list[AlignedTranslation] = await self._through(
-                self._lane.call(lambda: aligned(texts, pair))
-            )
+            async with self._resident():
+                out: list[AlignedTranslation] = await self._through(
+                    self._lane.call(lambda: aligned(texts, pair))
+                )
         except Exception as exc:
             raise TransientError(f"engine failed with attention: {exc}") from exc
         stats.engine_seconds += time.perf_counter() - began

@@ -126,6 +126,7 @@ def pairs(
                 )
             )
     spread = [r for r in results if r.name.startswith("pairs-") and r is not again]
+    fleet_step = next((r for r in results if r.name.startswith("fleet-")), None)
     first, last = spread[0], spread[-1]
 
     def against_first(
@@ -154,6 +155,19 @@ def pairs(
             ),
             # how far the machine moved between the first step and its repeat
             "first_again_over_first": ratio(again.load.throughput_rps, first.load.throughput_rps),
+            # models taking turns under a budget, against one model at equal work (target
+            # >= 0.9, with at most models + 2 loads over the run)
+            **(
+                {
+                    f"fleet_{fleet}_vs_{first.pairs}": against_first(
+                        fleet_step.load.throughput_rps,
+                        first.load.throughput_rps,
+                        again.load.throughput_rps,
+                    )
+                }
+                if fleet_step is not None
+                else {}
+            ),
         },
         extra={
             "steps": [

@@ -15,6 +15,7 @@ from pipeline.cli.commands.options import refuse_router_contradiction
 from pipeline.contract.digest import files_fingerprint
 from pipeline.contract.pairs import Pair
 from pipeline.control.priority import HoldFile, PriorityGate
+from pipeline.control.residency import ModelResidency
 from pipeline.engine.registry import ModelEntry, Registry
 from pipeline.errors import ConfigError
 from pipeline.settings import Settings
@@ -134,6 +135,7 @@ def worker(
     ``kill -USR1 PID`` logs every thread's stack and every asyncio task (mode's handler).
     """
     from pipeline.detect import SourceDetector
+    from pipeline.engine.translator import CTranslate2Translator
     from pipeline.fidelity.service import FidelityService
     from pipeline.observability.metrics import start_metrics_server
     from workers.app import create_app
@@ -165,10 +167,20 @@ def worker(
         instance_id = f"{base}-{subscription_id(names, with_router)}"
         _lock = _lock_instance(w.data_dir / app_id, instance_id)
     cache = TwoLevelCache(LruCache(w.l1_cache_size), RedisCache(settings.redis))
+    engine = served[0].translator if served else None
     ctx = WorkerContext(
         settings=settings,
         cache=cache,
         gate=PriorityGate(replicas, _engine_hold(settings), settings.engine.bulk_yield_max_s),
+        residency=(
+            ModelResidency(
+                engine,
+                idle_s=settings.engine.swap_idle_s,
+                max_wait_s=settings.engine.swap_max_wait_s,
+            )
+            if isinstance(engine, CTranslate2Translator) and engine.budgeted
+            else None
+        ),
         fidelity=FidelityService.from_settings(settings),
         engine=engine_in_use,
     )
