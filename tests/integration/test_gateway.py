@@ -44,7 +44,11 @@ def settings(stack: object) -> Settings:
 
 @pytest.fixture(scope="module")
 def worker(settings: Settings) -> Iterator[WorkerProcess]:
-    with WorkerProcess(settings, log_path=LOGS / "test-gateway-worker.log") as w:
+    # Each micro-batch waits up to 0.25 s for more records (the default is 0.02 s): on a
+    # loaded machine the router forwards a backlog record by record, and the texts of
+    # concurrent calls must still meet (test_concurrent_single_text_calls_...).
+    env = {"BABELSTREAM_WORKER__MAX_WAIT_S": "0.25"}
+    with WorkerProcess(settings, log_path=LOGS / "test-gateway-worker.log", env=env) as w:
         yield w
 
 
