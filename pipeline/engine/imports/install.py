@@ -143,7 +143,7 @@ class ModelImporter:
         """Import ``source`` (see ``babelstream models add --help``); the models added."""
         if source == "argos" or source.endswith(".json"):
             index = self.settings.argos_index if source == "argos" else source
-            return self._from_index(index, pairs, model_id)
+            return self._from_index(index, pairs, model_id, sha256)
         if is_url(source):
             archive = download(source, self.settings, sha256=sha256, progress=self.progress)
             return self._from_path(archive, pairs, source, model_id)
@@ -165,7 +165,7 @@ class ModelImporter:
     # -- locate ------------------------------------------------------------------------
 
     def _from_index(
-        self, index: str, pairs: Sequence[Pair], model_id: str | None
+        self, index: str, pairs: Sequence[Pair], model_id: str | None, sha256: str | None
     ) -> list[Imported]:
         if not pairs:
             raise ModelSourceError(f"{index}: name the pair(s) to import with --pair SRC_TGT")
@@ -182,7 +182,7 @@ class ModelImporter:
         for pair in pairs:
             entry = choose(entries, pair, index)
             links = [str(link) for link in entry["links"]]
-            sha = published_sha256(entry)
+            sha = sha256 or published_sha256(entry)
             archive = self._first_download(links, sha)
             added += self._from_path(archive, [pair], links[0], model_id)
         return added

@@ -171,6 +171,8 @@ def test_downloads_from_an_index_check_pairs_and_checksums(archives, tmp_path):
         assert state(registry) == (None, [])
         line = one_line(add(registry, index))
         assert "--pair" in line
+        given = one_line(add(registry, index, "--pair", "en_en-XA", "--sha256", "2" * 64))
+        assert "checksum mismatch" in given and "2" * 64 in given
         result = add(registry, index, "--pair", "en_en-XA")
         assert result.exit_code == 0, result.output
         sha = hashlib.sha256(package).hexdigest()
