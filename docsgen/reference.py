@@ -29,8 +29,11 @@ from pipeline.settings import (
     CONFIG_VARIABLE,
     DEVELOPMENT_SECTIONS,
     ENV_PREFIX,
+    MAPPING_KEY,
     PROJECT_ROOT,
     Settings,
+    model_variables,
+    nested_model,
 )
 
 SCHEMAS_DIR = PROJECT_ROOT / "schemas"
@@ -289,22 +292,15 @@ def _describe(field_name: str, field: FieldInfo, comments: dict[str, str]) -> st
     parts = [cell(text)] if text else []
     if bounds:
         parts.append("(" + ", ".join(bounds) + ")")
-    annotation = field.annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        inner = field_comments(annotation)
-        keys = [
-            f"`{name}`" + (f": {cell(inner[name])}" if inner.get(name) else "")
-            for name in annotation.model_fields
-        ]
-        parts.append("JSON object; keys " + "; ".join(keys))
-    elif get_origin(annotation) is dict:
-        values = get_args(annotation)[1]
-        if isinstance(values, type) and issubclass(values, BaseModel):
+    if nested_model(field.annotation) is not None:
+        if get_origin(field.annotation) is dict:
             parts.append(
-                "values: JSON objects with "
-                + ", ".join(f"`{name}`" for name in values.model_fields)
+                f"— a JSON object of objects, or each key's fields as `…__{MAPPING_KEY}__<FIELD>` "
+                "(the rows below)"
             )
-    return " ".join(parts) or "—"
+        else:
+            parts.append("— a JSON object, or each field as a variable of its own (the rows below)")
+    return " ".join(parts)
 
 
 def settings_sections() -> Iterator[tuple[str, type[BaseModel]]]:
@@ -341,7 +337,7 @@ def settings_page() -> str:
     development = [(s, m) for s, m in settings_sections() if s in DEVELOPMENT_SECTIONS]
     runtime = [(s, m) for s, m in settings_sections() if s not in DEVELOPMENT_SECTIONS]
     for section, model in runtime:
-        out += _settings_section(section, model)
+        out += settings_section(section, model)
     out += [
         "## Development tooling",
         "",
@@ -351,25 +347,31 @@ def settings_page() -> str:
         "",
     ]
     for section, model in development:
-        out += _settings_section(section, model, level="###")
+        out += settings_section(section, model, level="###")
     return "\n".join(out)
 
 
-def _settings_section(section: str, model: type[BaseModel], level: str = "##") -> list[str]:
+def settings_section(section: str, model: type[BaseModel], level: str = "##") -> list[str]:
     """One section's heading, docstring and table of settings."""
     out = [f"{level} {section}", ""]
     if model.__doc__ and model.__doc__ is not BaseModel.__doc__:
         out += [md_text(inspect.cleandoc(model.__doc__)), ""]
-    comments = field_comments(model)
-    rows = [
-        [
-            code(f"{ENV_PREFIX}{section}__{name}".upper()),
-            cell(_type_name(field.annotation)),
-            _default(field),
-            _describe(name, field, comments),
-        ]
-        for name, field in model.model_fields.items()
-    ]
+    rows = []
+    for each in model_variables(model, f"{ENV_PREFIX}{section}", section):
+        name = each.setting.rsplit(".", 1)[1]
+        comments = field_comments(each.owner)
+        if not (each.field.description or comments.get(name)):
+            # every setting says what it is for, or the build fails
+            raise ValueError(f"setting {each.setting} has no comment above it to describe it")
+        meaning = _describe(name, each.field, comments)
+        rows.append(
+            [
+                code(each.variable),
+                cell(_type_name(each.field.annotation)),
+                _default(each.field),
+                meaning,
+            ]
+        )
     out += [table(["variable", "type", "default", "meaning"], rows), ""]
     return out
 

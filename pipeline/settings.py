@@ -15,7 +15,7 @@ import tomllib
 import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -59,14 +59,21 @@ class KafkaSettings(_Section):
     # every topic the project creates (work topics, results, changelogs, SLA);
     # 1 / 1 on a single broker, 3 / 2 on a cluster
     replication_factor: int = Field(1, ge=1)
+    # acknowledged writes need this many in-sync replicas (with acks=all)
     min_insync_replicas: int = Field(1, ge=1)
+    # partitions of translate.requests, the topic producers write to
     ingress_partitions: int = Field(6, ge=1)
     # partitions of each model's work topics (interactive and bulk)
     work_partitions: int = Field(4, ge=1)
+    # partitions of translate.results
     results_partitions: int = Field(4, ge=1)
+    # partitions of translate.dlq
     dlq_partitions: int = Field(1, ge=1)
+    # partitions of translate.sla, the SLA job's windows
     sla_partitions: int = Field(1, ge=1)
+    # how long a Kafka client waits for a broker's answer to one request
     request_timeout_ms: int = Field(30_000, ge=1000)
+    # the client.id every Kafka client sends (broker logs and quotas)
     client_id: str = "babelstream"
     # how long a command waits for a TCP connection to a broker (or a spark:// master)
     # before it says the service is not reachable, instead of a client's long timeout
@@ -75,6 +82,7 @@ class KafkaSettings(_Section):
     producer_close_timeout_s: float = Field(10.0, gt=0)
     # translate.cancel (compacted) and translate.dlq.replayed (compacted replay markers)
     cancel_partitions: int = Field(1, ge=1)
+    # partitions of translate.dlq.replayed
     replay_marker_partitions: int = Field(1, ge=1)
     # translate.quarantine (compacted): records no worker may process again
     quarantine_partitions: int = Field(1, ge=1)
@@ -82,18 +90,26 @@ class KafkaSettings(_Section):
     # SCRAM-SHA-512 is what `babelstream up --secure` serves; SSL alone authenticates
     # with a client certificate (ssl_certfile) when the listener asks for one.
     security_protocol: SecurityProtocol = "PLAINTEXT"
+    # the SASL mechanism (security_protocol SASL_SSL or SASL_PLAINTEXT)
     sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    # the SASL user; None: no SASL
     sasl_username: str | None = None
+    # the SASL user's password
     sasl_password: SecretStr | None = None
     # PEM files: the CA that signed the brokers' certificates; the client's
     # certificate chain (may hold its private key too: Spark needs them in one file)
     ssl_cafile: Path | None = None
+    # the client's certificate chain (PEM), for a listener that asks for one
     ssl_certfile: Path | None = None
+    # the client certificate's private key (PEM); None: in ssl_certfile
     ssl_keyfile: Path | None = None
+    # the password of ssl_keyfile, if it is encrypted
     ssl_key_password: SecretStr | None = None
+    # whether a broker's certificate must name the host connected to
     ssl_check_hostname: bool = True
     # worker heartbeats (translate.ticks) and late results (translate.sla.late)
     ticks_partitions: int = Field(1, ge=1)
+    # partitions of translate.sla.late
     sla_late_partitions: int = Field(1, ge=1)
     # heartbeats are worth only their latest values
     ticks_retention_ms: int = Field(3_600_000, ge=60_000)
@@ -129,9 +145,11 @@ class KafkaSettings(_Section):
 class RedisSettings(_Section):
     # the L2 cache, quotas and glossaries; rediss:// switches TLS on
     url: str = "redis://127.0.0.1:6379/0"
+    # the Redis password (AUTH); None: no AUTH
     password: SecretStr | None = None
     # L2 keys are <key_prefix>:v<cache_version>:<digest>; a new version drops every entry
     key_prefix: str = "bs"
+    # raise it to drop every L2 entry at once (after a model changes)
     cache_version: int = 1
     # L2 entry lifetime
     ttl_s: int = Field(7 * 24 * 3600, ge=1)
@@ -141,8 +159,11 @@ class RedisSettings(_Section):
     username: str | None = None
     # TLS is switched on by the URL scheme (rediss://); these are PEM files
     ssl_ca_certs: Path | None = None
+    # the client's certificate (PEM), for a server that asks for one
     ssl_certfile: Path | None = None
+    # the client certificate's private key (PEM)
     ssl_keyfile: Path | None = None
+    # whether the server's certificate must name the host connected to
     ssl_check_hostname: bool = True
 
     @model_validator(mode="after")
@@ -161,13 +182,21 @@ class RedisSettings(_Section):
 class StackSettings(_Section):
     """Where the local dev stack keeps jars, data and logs."""
 
+    # jars, data and logs of the local stack
     home: Path = PROJECT_ROOT / "var"
+    # the Kafka release the stack fetches and runs
     kafka_version: str = "3.9.1"
+    # the client port of node 0
     kafka_port: int = 9092
+    # the controller port of node 0
     kafka_controller_port: int = 9093
+    # each Kafka node's JVM heap (-Xmx)
     kafka_heap: str = "512m"
+    # the Redis server's port
     redis_port: int = 6379
+    # how long `babelstream up` waits for a service to answer
     start_timeout_s: float = Field(120.0, gt=0)
+    # how long `babelstream down` waits before it kills a service
     stop_timeout_s: float = Field(30.0, gt=0)
     # `babelstream status`: how long each HTTP probe (worker readiness, dashboard) may take
     probe_timeout_s: float = Field(1.0, gt=0)
@@ -179,6 +208,7 @@ class StackSettings(_Section):
     # secure mode: mutual-TLS listener (inter-broker traffic, SSL clients); the
     # client port (kafka_port) then speaks SASL_SSL, Redis speaks TLS on redis_port
     kafka_ssl_port: int = 9094
+    # TLS and SASL on every listener (`babelstream up --secure`)
     secure: bool = False
     # None: <home>/jars (a temporary stack home can share the fetched jars)
     jars_dir: Path | None = None
@@ -209,6 +239,7 @@ class LimitSettings(_Section):
     max_text_bytes: int = Field(16 * 1024, ge=1)
     # the range a request's timeout_ms must fall in
     min_timeout_ms: int = Field(100, ge=1)
+    # the longest timeout_ms a request may ask for
     max_timeout_ms: int = Field(3_600_000, ge=1)
     # the deadline of a request that gives none
     default_timeout_ms: int = Field(30_000, ge=1)
@@ -252,15 +283,18 @@ class EngineSettings(_Section):
     # profile_cache (pipeline/engine/profile.py). Off: auto = int8 (CPU) /
     # int8_float16 (GPU) and a rough default cost model.
     profile: bool = True
+    # where the start-up measurements are kept, per model and machine
     profile_cache: Path = PROJECT_ROOT / "var" / "engine" / "profiles.json"
     # compute types are timed on calls of (sequences, tokens) for profile_seconds each
     profile_shape: tuple[int, int] = (32, 24)
+    # how long each compute type is timed at start-up
     profile_seconds: float = Field(2.0, gt=0)
     # Models resident in one worker at once, by count and by bytes (model.bin sizes).
     # Unset: every model the worker serves is loaded at start. Set: a model is loaded
     # on first use and the least recently used idle one unloaded when the budget needs
     # room (a request for a cold model waits for its load).
     max_loaded_models: int | None = Field(None, ge=1)
+    # the byte budget of resident models (their model.bin sizes together)
     max_loaded_bytes: int | None = Field(None, ge=1)
     # Under a budget, a batch for a model that is not loaded waits for a loaded one to go
     # idle (no batch of it for swap_idle_s: a model with a backlog has its next batch
@@ -270,6 +304,7 @@ class EngineSettings(_Section):
     # A shorter bound evens out the waits of models that are all busy at once, at the
     # cost of more loads (bench pairs' fleet step: docs/performance).
     swap_idle_s: float = Field(0.25, ge=0)
+    # the longest a batch for a model not loaded waits for a loaded one to go idle
     swap_max_wait_s: float = Field(10.0, ge=0)
     # texts kept tokenised (per pair, least recently used out): the fair-share agent
     # counts a request's tokens as it is fetched, and its engine call then reuses them;
@@ -322,6 +357,7 @@ class WorkerSettings(_Section):
     dedup_window_s: float = Field(300.0, gt=0)
     # the worker's web server (readiness, stats); 0 picks a free port (and logs it)
     web_port: int = Field(6066, ge=0, le=65535)
+    # the address the worker's web server binds
     web_host: str = "127.0.0.1"
     # Faust's local table state, per consumer group and instance id
     data_dir: Path = PROJECT_ROOT / "var" / "faust"
@@ -360,6 +396,7 @@ class WorkerSettings(_Section):
     # a canary request of it runs the same steps to tell a poison request from broken
     # infrastructure (pipeline/steps/batch_runner.py). canary_texts: per source language.
     canary_text: str = Field("Hello.", min_length=1)
+    # source language -> canary text (others use canary_text)
     canary_texts: dict[str, str] = {}
     # how often the worker checks its group: that its consumer still takes part (else it
     # exits 75), and that every partition of what it consumes has a member holding it
@@ -398,11 +435,14 @@ def _check_pair_ids(value: dict[str, _V]) -> dict[str, _V]:
 class SloObjectives(_Section):
     """Service-level objectives one window is held to; None: not an objective."""
 
+    # at most this P95 latency, ms
     p95_ms: float | None = Field(None, ge=0)
+    # at most this P99 latency, ms
     p99_ms: float | None = Field(None, ge=0)
     # at most this share of results timed out (or exceeded the latency threshold);
     # also the error budget the burn rates are measured against
     timeout_ratio: float | None = Field(None, gt=0, le=1)
+    # at most this share of results failed
     error_ratio: float | None = Field(None, ge=0, le=1)
     # at least this many results per second of the window (bulk throughput)
     min_throughput_per_s: float | None = Field(None, ge=0)
@@ -435,27 +475,40 @@ class BulkObjectives(SloObjectives):
 class SlaSettings(_Section):
     """Defaults of the Spark SLA job (``babelstream sla``); durations in seconds."""
 
+    # the topic of results the job reads
     source_topic: str = RESULTS_TOPIC
+    # the topic the job writes its windows to
     sink_topic: str = SLA_TOPIC
+    # the length of a window
     window_s: float = Field(5.0, gt=0)
     # None: tumbling windows (slide = window)
     slide_s: float | None = Field(None, gt=0)
+    # how late a result may arrive and still count in its window
     watermark_s: float = Field(30.0, ge=0)
+    # how often a micro-batch runs
     trigger_s: float = Field(1.0, gt=0)
     # latency above a pair's threshold counts as a timeout (pair id -> ms)
     default_threshold_ms: int = Field(5000, ge=0)
+    # pair id -> its threshold; others get default_threshold_ms
     thresholds_ms: dict[str, Annotated[int, Field(ge=0)]] = {}
     # percentile_approx accuracy: rank error at most count / accuracy
     percentile_accuracy: int = Field(10_000, ge=1)
+    # where the windows go: kafka (sink_topic), parquet (history_dir), console
     sinks: tuple[SlaSink, ...] = Field(("kafka", "parquet", "console"), min_length=1)
+    # Spark's checkpoint: offsets and state, to resume where the job stopped
     checkpoint_dir: Path = PROJECT_ROOT / "var" / "sla" / "checkpoint"
     # the Kafka sinks' transactional id, also the group holding their batch marks;
     # None: derived from checkpoint_dir (one per checkpoint, the same across restarts)
     transactional_id: str | None = None
+    # the Parquet history of windows (`sla report` reads it)
     history_dir: Path = PROJECT_ROOT / "var" / "sla" / "history"
+    # where a job without a checkpoint starts reading
     starting_offsets: Literal["earliest", "latest"] = "earliest"
+    # at most this many records per micro-batch; None: all available
     max_offsets_per_trigger: int | None = Field(None, ge=1)
+    # the Spark master: local[N] or spark://host:port
     master: str = "local[2]"
+    # the Spark driver's memory (spark.driver.memory)
     driver_memory: str = "1g"
     # the JVM options of the driver and the executors (in local mode, one JVM). The
     # parallel collector: the job's state stores and shuffles churn short-lived objects,
@@ -470,12 +523,13 @@ class SlaSettings(_Section):
     ticks_topic: str = TICKS_TOPIC
     # results that arrived after their window closed, and their Parquet history
     late_topic: str = SLA_LATE_TOPIC
+    # the Parquet history of late results
     late_history_dir: Path = PROJECT_ROOT / "var" / "sla" / "late"
     # count each request_id once within the lateness (dropDuplicatesWithinWatermark)
     dedup: bool = True
     # bulk results (job_id set) are held to this threshold, not the interactive one
     bulk_threshold_ms: int = Field(3_600_000, ge=0)
-    # objectives per priority class, and per-pair overrides of the interactive ones
+    # the objectives of interactive results (job_id unset)
     objectives: InteractiveObjectives = InteractiveObjectives()
     # the objectives of bulk results (job_id set)
     bulk_objectives: BulkObjectives = BulkObjectives()
@@ -528,7 +582,9 @@ class BulkSettings(_Section):
     stall_timeout_s: float = Field(600.0, gt=0)
     # Spark bulk jobs (`babelstream bulk spark-submit | spark-assemble`)
     spark_master: str = "local[2]"
+    # the Spark driver's memory (spark.driver.memory)
     spark_driver_memory: str = "1g"
+    # spark.sql.shuffle.partitions of the bulk jobs
     spark_shuffle_partitions: int = Field(4, ge=1)
     # input rows plus translations held for in-order assembly; reading pauses above it
     window_bytes: int = Field(32 << 20, ge=1)
@@ -541,6 +597,7 @@ class ObservabilitySettings(_Section):
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` (and friends), not here.
     """
 
+    # the OpenTelemetry service.name of every span
     service_name: str = "babelstream"
     # print finished spans to stderr (debugging)
     console_exporter: bool = False
@@ -548,6 +605,7 @@ class ObservabilitySettings(_Section):
     span_file: Path | None = None
     # workers serve Prometheus /metrics here; 0 disables the endpoint
     metrics_port: int = Field(9464, ge=0, le=65535)
+    # the address /metrics binds
     metrics_host: str = "127.0.0.1"
     # how often workers sample consumer lag and cache errors
     sample_interval_s: float = Field(5.0, gt=0)
@@ -556,7 +614,9 @@ class ObservabilitySettings(_Section):
 class DashboardSettings(_Section):
     """The live SLA page (``babelstream dashboard``)."""
 
+    # the address the dashboard binds
     host: str = "127.0.0.1"
+    # the dashboard's port; 0 picks a free one
     port: int = Field(8050, ge=0, le=65535)
     # None: the SLA job's sink topic (sla.sink_topic)
     topic: str | None = None
@@ -618,7 +678,9 @@ class TenantSettings(_Section):
 class ReplySettings(_Section):
     """Reply topics: each ``translate`` call or bulk job reads only its own results."""
 
+    # a reply topic's name is this prefix and the caller's reply id
     prefix: str = "translate.replies."
+    # partitions of each reply topic
     partitions: int = Field(1, ge=1)
     # a reply topic outlives its call by at most this long if the client never deletes it
     retention_ms: int = Field(3_600_000, ge=60_000)
@@ -632,16 +694,23 @@ class ReplySettings(_Section):
 class SparkClusterSettings(_Section):
     """The local Spark standalone cluster (``babelstream spark up``): a master, N workers."""
 
+    # the address the master and workers bind
     host: str = "127.0.0.1"
     # the master's port (spark://<host>:<master_port>) and its web UI's
     master_port: int = Field(7077, ge=1, le=65535)
+    # the master's web UI port
     master_webui_port: int = Field(8080, ge=1, le=65535)
     # worker i uses worker_port + i and worker_webui_port + i
     workers: int = Field(2, ge=1)
+    # worker 0's port
     worker_port: int = Field(7078, ge=1, le=65535)
+    # worker 0's web UI port
     worker_webui_port: int = Field(8081, ge=1, le=65535)
+    # cores each worker offers
     worker_cores: int = Field(1, ge=1)
+    # memory each worker offers its executors
     worker_memory: str = "1g"
+    # the heap of the master and worker daemons themselves
     daemon_memory: str = "256m"
 
     @property
@@ -671,10 +740,12 @@ class BatchingSettings(_Section):
     adaptive: bool = False
     # the latency objective (P95, ms) per pair id; others get default_p95_ms
     p95_ms: dict[str, Annotated[float, Field(gt=0)]] = {}
+    # the latency objective (P95, ms) of a pair without one in p95_ms
     default_p95_ms: float = Field(1000.0, gt=0)
     # the adaptive controller's floor for max_wait and its ceiling for a micro-batch
     # (worker.max_messages is the static micro-batch size without the controller)
     min_wait_s: float = Field(0.002, gt=0)
+    # the adaptive controller's ceiling for a micro-batch, in requests
     adaptive_max_messages: int = Field(256, ge=1)
     # With fair share, a lone tenant's round is its oldest held request and the ones
     # nearest to it in length among its next sort_window held requests, so engine calls
@@ -700,7 +771,9 @@ class GatewaySettings(_Section):
     See docs/guides/gateway.md.
     """
 
+    # the address the gateway binds
     host: str = "127.0.0.1"
+    # the gateway's port (LibreTranslate's default, 5000)
     port: int = Field(5000, ge=0, le=65535)
     # server processes; each has its own Kafka producer and reply topic
     workers: int = Field(1, ge=1, le=64)
@@ -711,6 +784,7 @@ class GatewaySettings(_Section):
     # whether a call needs an API key (`babelstream keys add`); without one it is the
     # anonymous tenant's, with that tenant's quota and fair-share weight (tenants.*)
     require_api_key: bool = False
+    # the tenant of calls without an API key
     anonymous_tenant: str = Field("anonymous", pattern=r"^[A-Za-z0-9._-]{1,64}$")
     # shown in the missing-key error ("Visit <link> to get an API key")
     get_api_key_link: str | None = None
@@ -732,16 +806,20 @@ class GatewaySettings(_Section):
     # batch_limit; -1 there, a bound here): characters per call (a list's texts together,
     # as LibreTranslate counts them), texts per list, body bytes
     char_limit: int = Field(5000, ge=1)
+    # at most this many texts in one call's list
     batch_limit: int = Field(128, ge=1)
+    # a larger body is answered 413
     max_body_bytes: int = Field(1 << 20, ge=1024)
     # a request's head (request line and headers) larger than this, or with more headers,
     # is answered 431 before the application sees it, also while it is still arriving
     max_header_bytes: int = Field(32 * 1024, ge=1024)
+    # at most this many headers in a request's head
     max_headers: int = Field(100, ge=1)
     # slow clients: a head not complete this long after its connection opened (or its
     # first byte on a kept-alive connection), a body not complete this long after its
     # head, is answered 408 and the connection closed
     header_timeout_s: float = Field(10.0, gt=0)
+    # how long a body may take to arrive after its head
     body_timeout_s: float = Field(30.0, gt=0)
     # after such a 408 or 431 what the client still sends is read and dropped this long
     # before the connection closes, so it reads the answer rather than a reset
@@ -758,7 +836,9 @@ class GatewaySettings(_Section):
     suggestions: bool = False
     # POST /translate_file: a bulk job per file, kept in <files_dir>/<job id>/
     files_translation: bool = True
+    # where uploaded files and their translations are kept
     files_dir: Path = PROJECT_ROOT / "var" / "gateway" / "files"
+    # a larger upload is answered 413
     max_file_bytes: int = Field(1 << 20, ge=1)
     # GET /frontend/settings: LibreTranslate's web UI timeout (ms)
     frontend_timeout_ms: int = Field(500, ge=0)
@@ -778,9 +858,11 @@ class ModelImportSettings(_Section):
     # each connect or read may wait this long; a download is tried this many times
     # (transport errors and 5xx answers; a resumed try continues where the last stopped)
     download_timeout_s: float = Field(30.0, gt=0)
+    # tries of one download before it gives up
     download_attempts: int = Field(5, ge=1)
     # the first wait between tries; it doubles, up to download_retry_max_s
     download_retry_s: float = Field(1.0, ge=0)
+    # the longest wait between tries
     download_retry_max_s: float = Field(30.0, ge=0)
     # Argos Translate's package index (`babelstream models add argos --pair en_de`)
     argos_index: str = (
@@ -796,10 +878,13 @@ class DrillSettings(_Section):
     # paced traffic: requests per second for this many seconds; the fault comes
     # after this fraction of it
     rate: float = Field(50.0, gt=0)
+    # how long the traffic runs
     seconds: float = Field(30.0, gt=0)
+    # the fault comes after this fraction of the traffic
     fault_at: float = Field(1 / 3, gt=0, lt=1)
     # every Nth request repeats the text of the one sent repeat_lag_s earlier (0: none)
     repeat_every: int = Field(5, ge=0)
+    # how far back a repeated text is taken from
     repeat_lag_s: float = Field(2.0, gt=0)
     # drill requests must never time out: a timeout result would hide a stall
     request_timeout_ms: int = Field(600_000, ge=1)
@@ -809,13 +894,17 @@ class DrillSettings(_Section):
     workers: int = Field(2, ge=1)
     # a stopped broker or Redis stays down this long; a worker is cut off this long
     outage_s: float = Field(10.0, ge=0)
+    # how long a worker is cut off the network
     cut_s: float = Field(20.0, gt=0)
     # bounds: each fault or heal step; the results after the traffic; commits after that
     step_timeout_s: float = Field(240.0, gt=0)
+    # how long the drill waits for the results after the traffic
     tail_timeout_s: float = Field(180.0, gt=0)
+    # how long the drill waits for the offsets to be committed
     commit_timeout_s: float = Field(60.0, gt=0)
     # the SLA job drilled on a checkpoint of its own: windows and allowed lateness
     sla_window_s: float = Field(5.0, gt=0)
+    # the drilled SLA job's allowed lateness
     sla_watermark_s: float = Field(5.0, ge=0)
     # worker logs, SLA checkpoints and the JSON-lines report
     home: Path = PROJECT_ROOT / "var" / "chaos"
@@ -893,18 +982,65 @@ def load_settings(**overrides: Any) -> Settings:
     return Settings(**overrides)
 
 
-def _setting_fields() -> Iterator[tuple[str, str, FieldInfo]]:
-    """(variable name, ``section.field``, field info) of every setting."""
+# stands for a mapping's key in a variable's name (BABELSTREAM_SLA__PAIR_OBJECTIVES__<KEY>__P95_MS)
+MAPPING_KEY = "<KEY>"
+
+
+def nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a setting of this type holds, itself or as a mapping's values; else None."""
+    if get_origin(annotation) is dict:
+        annotation = get_args(annotation)[1]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+class SettingVariable(NamedTuple):
+    """One environment variable of a setting, and the field it sets."""
+
+    # BABELSTREAM_SLA__OBJECTIVES__P95_MS
+    variable: str
+    # sla.objectives.p95_ms
+    setting: str
+    field: FieldInfo
+    # the model that declares the field (its source holds the field's comment)
+    owner: type[BaseModel]
+
+
+def model_variables(
+    model: type[BaseModel], variable: str, setting: str
+) -> Iterator[SettingVariable]:
+    """The variables of ``model``'s fields under ``variable``, nested models' fields included.
+
+    An object setting comes first as a whole (its variable takes JSON), then each of
+    its fields as a variable of its own; a mapping of objects names its key
+    :data:`MAPPING_KEY`.
+    """
+    for name, field in model.model_fields.items():
+        own = SettingVariable(f"{variable}__{name}".upper(), f"{setting}.{name}", field, model)
+        yield own
+        inner = nested_model(field.annotation)
+        if inner is None:
+            continue
+        if get_origin(field.annotation) is dict:
+            yield from model_variables(
+                inner, f"{own.variable}__{MAPPING_KEY}", f"{own.setting}.{MAPPING_KEY.lower()}"
+            )
+        else:
+            yield from model_variables(inner, own.variable, own.setting)
+
+
+def _setting_fields() -> Iterator[SettingVariable]:
+    """Every setting's variable, section by section, nested ones included."""
     for section, info in Settings.model_fields.items():
         model = info.annotation
         assert isinstance(model, type) and issubclass(model, BaseModel)
-        for name, field in model.model_fields.items():
-            yield f"{ENV_PREFIX}{section}__{name}".upper(), f"{section}.{name}", field
+        yield from model_variables(model, f"{ENV_PREFIX}{section}", section)
 
 
 def setting_variables() -> dict[str, str]:
-    """Every ``BABELSTREAM_<SECTION>__<FIELD>`` variable name -> its setting (``section.field``)."""
-    return {variable: setting for variable, setting, _ in _setting_fields()}
+    """Every ``BABELSTREAM_<SECTION>__<FIELD>[__<FIELD>]`` variable -> its dotted setting."""
+    return {each.variable: each.setting for each in _setting_fields()}
 
 
 # settings of releases before 0.2 that were renamed or removed, and what to use instead
@@ -926,30 +1062,39 @@ def check_environment(environ: Mapping[str, str]) -> None:
     """
     valid = setting_variables().keys() | {CONFIG_VARIABLE}
     sections = {f"{ENV_PREFIX}{section}".upper() for section in Settings.model_fields}
-    # dict settings take their keys as further levels (..._SLA__THRESHOLDS_MS__en_de=2000)
-    dicts = tuple(
-        f"{variable}__"
-        for variable, _, field in _setting_fields()
-        if get_origin(field.annotation) is dict
-    )
+    # a mapping takes its keys as further levels (..._SLA__THRESHOLDS_MS__en_de=2000),
+    # and a mapping of objects their fields after the key (...__en_de__P99_MS=900)
+    mappings = {
+        f"{each.variable}__": nested_model(get_args(each.field.annotation)[1])
+        for each in _setting_fields()
+        if get_origin(each.field.annotation) is dict
+    }
     for name in sorted(environ):
         upper = name.upper()
-        if (
-            not upper.startswith(ENV_PREFIX)
-            or upper in valid
-            or upper in sections
-            or upper.startswith(dicts)
-        ):
+        if not upper.startswith(ENV_PREFIX) or upper in valid or upper in sections:
             continue
+        key = MAPPING_KEY
+        prefix = next((p for p in mappings if upper.startswith(p)), None)
+        if prefix is not None:
+            values = mappings[prefix]
+            key, _, inner = name[len(prefix) :].partition("__")
+            if key and (not inner or (values is not None and inner.upper() in _fields(values))):
+                continue
+            upper = f"{prefix}{MAPPING_KEY}__{inner.upper()}"
         if upper in RETIRED:
             raise ConfigError(f"setting {name} was {RETIRED[upper]}")
         close = difflib.get_close_matches(upper, sorted(valid), n=1, cutoff=0.6)
         hint = (
-            f"did you mean {close[0]}?"
+            f"did you mean {close[0].replace(MAPPING_KEY, key)}?"
             if close
             else f"settings are {ENV_PREFIX}<SECTION>__<FIELD> (docs/reference/settings.md)"
         )
         raise ConfigError(f"unknown setting {name}; {hint}")
+
+
+def _fields(model: type[BaseModel]) -> set[str]:
+    """The model's field names as variables spell them."""
+    return {name.upper() for name in model.model_fields}
 
 
 def _json_shaped(annotation: Any) -> bool:
@@ -982,9 +1127,9 @@ def json_variables() -> dict[str, str]:
         f"{ENV_PREFIX}{section}".upper(): _json_example(info.default)
         for section, info in Settings.model_fields.items()
     }
-    for variable, _, field in _setting_fields():
-        if _json_shaped(field.annotation):
-            shapes[variable] = _json_example(field.default)
+    for each in _setting_fields():
+        if _json_shaped(each.field.annotation):
+            shapes[each.variable] = _json_example(each.field.default)
     return shapes
 
 

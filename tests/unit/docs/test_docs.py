@@ -143,6 +143,23 @@ def test_the_settings_page_gives_each_setting_its_comment_and_default() -> None:
     assert "| secret | null |" in row("BABELSTREAM_KAFKA__SASL_PASSWORD").replace("\\", "")
 
 
+def test_the_settings_page_gives_nested_settings_their_variables() -> None:
+    rows = reference.settings_page().splitlines()
+    row = next(line for line in rows if "`BABELSTREAM_SLA__OBJECTIVES__P95_MS`" in line)
+    assert "`1000.0`" in row and "P95 latency" in row
+    assert any("`BABELSTREAM_SLA__PAIR_OBJECTIVES__<KEY>__P99_MS`" in line for line in rows)
+
+
+def test_a_setting_without_a_comment_fails_the_build() -> None:
+    class Undocumented(BaseModel):
+        # documented
+        documented: int = 1
+        bare: str = "x"
+
+    with pytest.raises(ValueError, match=r"setting example\.bare has no comment"):
+        reference.settings_section("example", Undocumented)
+
+
 def test_field_comments_are_read_from_the_source_above_each_field(tmp_path: Path) -> None:
     source = textwrap.dedent(
         """

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.settings import check_environment, setting_variables, settings_from_environment
+from pipeline.settings import (
+    MAPPING_KEY,
+    check_environment,
+    setting_variables,
+    settings_from_environment,
+)
 
 
 def test_every_field_has_its_variable() -> None:
@@ -58,6 +63,61 @@ def test_invalid_values_name_their_variables(monkeypatch: pytest.MonkeyPatch) ->
     )
     assert "BABELSTREAM_REDIS__TTL_S=forever" in message
     assert "\n" not in message
+
+
+def _nested_variables() -> list[tuple[str, str]]:
+    """(variable, dotted setting) of every setting inside an object setting."""
+    return [(v, s) for v, s in setting_variables().items() if s.count(".") > 1]
+
+
+def test_object_settings_list_their_fields_as_variables() -> None:
+    nested = dict(_nested_variables())
+    assert nested["BABELSTREAM_SLA__OBJECTIVES__P95_MS"] == "sla.objectives.p95_ms"
+    assert (
+        nested[f"BABELSTREAM_SLA__PAIR_OBJECTIVES__{MAPPING_KEY}__TIMEOUT_RATIO"]
+        == "sla.pair_objectives.<key>.timeout_ratio"
+    )
+    assert len(nested) == 15, "3 objects of SLA objectives, 5 fields each"
+
+
+@pytest.mark.parametrize(("variable", "setting"), _nested_variables())
+def test_each_nested_variable_sets_its_field(
+    monkeypatch: pytest.MonkeyPatch, variable: str, setting: str
+) -> None:
+    # a value valid for every objective (latencies, ratios, throughput) and no field's default
+    name = variable.replace(MAPPING_KEY, "en_de")
+    check_environment({name: "0.5"})
+    monkeypatch.setenv(name, "0.5")
+    value: object = settings_from_environment()
+    for part in setting.replace(MAPPING_KEY.lower(), "en_de").split("."):
+        value = value[part] if isinstance(value, dict) else getattr(value, part)
+    assert value == 0.5
+
+
+def test_a_nested_variable_keeps_its_objects_other_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BABELSTREAM_SLA__OBJECTIVES__P95_MS", "800")
+    objectives = settings_from_environment().sla.objectives
+    assert (objectives.p95_ms, objectives.p99_ms) == (800.0, 2500.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("BABELSTREAM_SLA__OBJECTIVES__P9_MS", "did you mean BABELSTREAM_SLA__OBJECTIVES__P99_MS?"),
+        (
+            "BABELSTREAM_SLA__PAIR_OBJECTIVES__en_de__P9_MS",
+            "did you mean BABELSTREAM_SLA__PAIR_OBJECTIVES__en_de__P99_MS?",
+        ),
+        (
+            "BABELSTREAM_SLA__THRESHOLDS_MS__en_de__X",
+            "did you mean BABELSTREAM_SLA__THRESHOLDS_MS?",
+        ),
+    ],
+)
+def test_unknown_fields_inside_objects_and_mappings_are_refused(name: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_environment({name: "1"})
+    assert str(caught.value) == f"unknown setting {name}; {hint}"
 
 
 def test_null_unsets_an_optional_setting(monkeypatch: pytest.MonkeyPatch) -> None:
