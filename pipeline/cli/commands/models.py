@@ -350,12 +350,7 @@ def build_bench(
             quantization=quantization,
             seed=seed,
         )
-        click.echo(built.to_json())
-        click.echo(
-            f"registered {built.pair} in {registry}; serve it with "
-            f"BABELSTREAM_ENGINE__REGISTRY={registry}",
-            err=True,
-        )
+        _announce_bench_model(built.to_json(), built.pair, registry)
         return
     try:
         pair = Pair.parse(pair_id)
@@ -370,12 +365,7 @@ def build_bench(
         quantization=quantization,
         seed=seed,
     )
-    click.echo(built.to_json())
-    click.echo(
-        f"registered {pair.id} in {registry}; serve it with "
-        f"BABELSTREAM_ENGINE__REGISTRY={registry}",
-        err=True,
-    )
+    _announce_bench_model(built.to_json(), pair.id, registry)
 
 
 def multilingual_registry(settings: Settings) -> Path:
@@ -422,3 +412,13 @@ def _registry(settings: Settings, path: Path | None, *, create: bool = False) ->
     if create and not target.exists():
         return Registry(path=target)
     return Registry.load(target)
+
+
+def _announce_bench_model(report: str, pair_id: str, registry: Path) -> None:
+    """The built model's report on stdout, and how to serve it on stderr."""
+    click.echo(report)
+    click.echo(
+        f"registered {pair_id} in {registry}; serve it with "
+        f"BABELSTREAM_ENGINE__REGISTRY={registry}",
+        err=True,
+    )
