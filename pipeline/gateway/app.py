@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -260,11 +261,7 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict[str, Any],
     if length is not None and length.isdigit() and int(length) > max_bytes:
         raise ApiError(413, f"Invalid request: body exceeds {max_bytes} bytes")
     if _is_json(request):
-        body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > max_bytes:
-                raise ApiError(413, f"Invalid request: body exceeds {max_bytes} bytes")
+        body = await _bounded_body(request, max_bytes)
         try:
             fields = json.loads(body)
         except (ValueError, RecursionError):  # RecursionError: nested deeper than Python's stack
@@ -280,11 +277,39 @@ async def read_fields(request: Request, max_bytes: int) -> tuple[dict[str, Any],
     for key, value in request.query_params.multi_items():
         query.setdefault(key, value)
     form: dict[str, Any] = {}
-    if length is not None:  # a form is parsed only with a known (checked) length
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type == "application/x-www-form-urlencoded":
+        form = _url_form(await _bounded_body(request, max_bytes))
+    elif media_type == "multipart/form-data":
+        if length is None:  # the multipart parser would read a chunked body unbounded
+            raise ApiError(411, "Invalid request: a multipart body needs a Content-Length")
         for key, item in (await request.form()).multi_items():
             if isinstance(item, str):
                 form.setdefault(key, item)
     return {**form, **query}, False  # the query's value first, as request.values
+
+
+async def _bounded_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body, read as it arrives (chunked or not); 413 past ``max_bytes``."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise ApiError(413, f"Invalid request: body exceeds {max_bytes} bytes")
+    return bytes(body)
+
+
+def _url_form(body: bytes) -> dict[str, Any]:
+    """A URL-encoded form's first value of each field, its bytes and escapes read as UTF-8
+    (Starlette reads raw bytes as Latin-1, so raw ``ü`` arrived as ``Ã¼``)."""
+    try:
+        pairs = parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError:
+        raise ApiError(400, "Invalid request: the form is not UTF-8") from None
+    form: dict[str, Any] = {}
+    for key, value in pairs:
+        form.setdefault(key, value)
+    return form
 
 
 def _valid_unicode(fields: dict[str, Any]) -> bool:

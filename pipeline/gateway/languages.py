@@ -9,6 +9,7 @@ answered as the registry spells them (BCP-47: ``en-XA``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,8 @@ from pipeline.engine.registry import Registry
 # LibreTranslate's aliases (libretranslate/language.py), lower case
 ALIASES: dict[str, str] = {"pb": "pt-br", "zh": "zh-hans", "zt": "zh-hant"}
 # CLDR's names of the pseudo-locale regions
+# a language with an optional script and region (pt-BR, zh-Hant-TW, es-419), lower case
+_REGIONAL = re.compile(r"[a-z]{2,3}(-[a-z]{4})?(-([a-z]{2}|[0-9]{3}))?")
 _PSEUDO_REGIONS = {"xa": "pseudo-accents", "xb": "pseudo-bidi"}
 
 
@@ -65,7 +68,9 @@ class Languages:
         if found is not None:
             return found
         bare = primary_subtag(lower)
-        if bare != lower and bare in self._by_lower:  # pt-BR asked, only pt served
+        # pt-BR asked, only pt served; a tag with more than a script and a region
+        # (en-XA-x-foo, a variant, a private use) is a typo, not a dialect of en
+        if bare != lower and bare in self._by_lower and _REGIONAL.fullmatch(lower):
             return self._by_lower[bare]
         variants = sorted(t for low, t in self._by_lower.items() if primary_subtag(low) == lower)
         return variants[0] if len(variants) == 1 else None  # pt asked, only pt-BR served

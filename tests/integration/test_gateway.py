@@ -128,6 +128,43 @@ def test_a_numeric_api_key_is_an_unknown_key(gateway: GatewayProcess) -> None:
     assert (answer.status_code, answer.json()) == (403, {"error": "Invalid API key"})
 
 
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def test_a_form_with_raw_utf8_is_read_as_utf8(gateway: GatewayProcess) -> None:
+    text = "Grüße aus Köln"
+    raw = post(
+        gateway, "/translate", data=f"q={text}&source=en&target=en-XA".encode(), headers=FORM
+    )
+    assert (raw.status_code, raw.json()) == (200, {"translatedText": to_pseudo(text)})
+    not_utf8 = post(
+        gateway, "/translate", data=b"q=Gr\xfc\xdfe&source=en&target=en-XA", headers=FORM
+    )
+    assert (not_utf8.status_code, not_utf8.json()) == (
+        400,
+        {"error": "Invalid request: the form is not UTF-8"},
+    )
+
+
+def test_a_chunked_form_is_read(gateway: GatewayProcess) -> None:
+    def chunks() -> Iterator[bytes]:  # requests sends a generator chunked, with no length
+        yield b"q=Hello%20world&source=en"
+        yield b"&target=en-XA"
+
+    answer = post(gateway, "/translate", data=chunks(), headers=FORM)
+    assert (answer.status_code, answer.json()) == (200, {"translatedText": "Ĥéļļö ŵöŕļð"})
+
+
+def test_a_target_typo_is_refused_not_answered_untranslated(gateway: GatewayProcess) -> None:
+    answer = post(
+        gateway, "/translate", json={"q": "Hello", "source": "en", "target": "en-XA-x-foo"}
+    )
+    assert (answer.status_code, answer.json()) == (
+        400,
+        {"error": "en-xa-x-foo is not supported"},
+    )
+
+
 def test_mastodon_shape(gateway: GatewayProcess) -> None:
     # Mastodon: JSON, q a list of HTML fragments, source auto; it reads detectedLanguage[i]
     q = [

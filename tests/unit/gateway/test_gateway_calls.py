@@ -37,6 +37,9 @@ def test_codes_resolve_as_libretranslate_maps_them() -> None:
     assert LANGUAGES.resolve("zh") == "zh-Hans"
     assert LANGUAGES.resolve("pt") == "pt-BR"  # the one variant served
     assert LANGUAGES.resolve("de-AT") == "de"  # a variant falls back to the language
+    assert LANGUAGES.resolve("de-Latn-AT") == "de"
+    assert LANGUAGES.resolve("en-XA-x-foo") is None, "a typo, not a dialect of en"
+    assert LANGUAGES.resolve("de-1996") is None  # a variant subtag
     assert LANGUAGES.resolve("zt") is None
     assert LANGUAGES.resolve("fr") is None
 
