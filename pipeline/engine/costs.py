@@ -12,8 +12,14 @@ per-call cost that grows with the length of the call (on an OPUS-MT-sized
 model on CPU it dominates: ~30 ms per step against ~4 ms per padded token,
 measured under load); a model without it is the plain "padded tokens ×
 per-token cost + per-call cost". The coefficients are fitted by least squares
-with every coefficient kept non-negative (:func:`fit_cost_model`), from calls
-timed at a few shapes (:func:`calibrate`).
+of the relative errors with every coefficient kept non-negative
+(:func:`fit_cost_model`), from calls timed at a few shapes in rounds until the
+fit explains each of them (:func:`calibrate`).
+
+The fit decides how the batcher cuts every micro-batch, so a bad one is
+costly: timings taken during a burst of load once fitted a model with no
+per-call and no per-step cost, under which one text per engine call is the
+cheapest plan, and the worker kept planning so.
 """
 
 from __future__ import annotations
@@ -85,10 +91,28 @@ class Timing:
     seconds: float
 
 
-def fit_cost_model(timings: Sequence[Timing]) -> CostModel:
-    """Least-squares fit with non-negative coefficients.
+# A fit whose estimate is further than this from one of its timings (relative) was
+# measured during a burst of load: a quiet machine's timings fit within ~0.2.
+FIT_TOLERANCE = 0.3
+# Calibration rounds: at least this many, then more until the fit is within tolerance.
+MIN_CALIBRATION_ROUNDS = 2
+MAX_CALIBRATION_ROUNDS = 8
 
-    Tries every subset of the three terms, fits each by ordinary least
+
+def fit_error(model: CostModel, timings: Sequence[Timing]) -> float:
+    """The largest relative difference between ``model``'s estimate and a timing."""
+    return max(
+        (abs(model.seconds(t.n, t.max_len) - t.seconds) / t.seconds for t in timings if t.seconds),
+        default=0.0,
+    )
+
+
+def fit_cost_model(timings: Sequence[Timing]) -> CostModel:
+    """Least-squares fit of the relative errors, with non-negative coefficients.
+
+    The timings span two orders of magnitude, so an absolute fit would be
+    decided by the largest call's noise alone: each timing is weighted by its
+    inverse. Tries every subset of the three terms, fits each by ordinary least
     squares, and keeps the non-negative fit with the smallest residual (an
     exact non-negative least squares for three unknowns).
     """
@@ -96,16 +120,19 @@ def fit_cost_model(timings: Sequence[Timing]) -> CostModel:
         raise ValueError("need at least 3 timings to fit 3 coefficients")
     features = np.array([[1.0, t.max_len, t.n * t.max_len] for t in timings])
     target = np.array([t.seconds for t in timings])
+    weights = 1.0 / np.maximum(target, 1e-9)
     best: tuple[float, np.ndarray] | None = None
     for size in (3, 2, 1):
         for terms in itertools.combinations(range(3), size):
             columns = list(terms)
-            coef, *_ = np.linalg.lstsq(features[:, columns], target, rcond=None)
+            coef, *_ = np.linalg.lstsq(
+                features[:, columns] * weights[:, None], target * weights, rcond=None
+            )
             if (coef < 0).any() or not (coef > 0).any():
                 continue
             full = np.zeros(3)
             full[columns] = coef
-            residual = float(np.sum((features @ full - target) ** 2))
+            residual = float(np.sum(((features @ full - target) * weights) ** 2))
             if best is None or residual < best[0] - 1e-15:
                 best = (residual, full)
     if best is None:
@@ -114,27 +141,56 @@ def fit_cost_model(timings: Sequence[Timing]) -> CostModel:
     return CostModel(per_call, per_step, per_token)
 
 
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A fitted cost model, the timings it was fitted to and how well it fits them."""
+
+    cost: CostModel
+    timings: list[Timing]
+    rounds: int
+    error: float  # fit_error of cost on timings
+
+    @property
+    def fits(self) -> bool:
+        """Whether the model explains every timing within :data:`FIT_TOLERANCE`."""
+        return self.error <= FIT_TOLERANCE
+
+
 def calibrate(
     run: Callable[[int, int], object],
     shapes: Iterable[tuple[int, int]] = CALIBRATION_SHAPES,
     *,
-    repeats: int = 2,
+    min_rounds: int = MIN_CALIBRATION_ROUNDS,
+    max_rounds: int = MAX_CALIBRATION_ROUNDS,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[CostModel, list[Timing]]:
-    """Time ``run(n, max_len)`` at each shape (best of ``repeats``) and fit a model.
+) -> Calibration:
+    """Time ``run(n, max_len)`` at each shape, in rounds, and fit a model to the fastest.
 
     ``run`` performs one engine call of that shape and returns when it is
-    done; the first call is a warm-up and not counted. Taking the best of a
-    few repeats keeps other processes' noise out of the fit.
+    done; the first call is a warm-up and not counted. A round times every
+    shape once, so a burst of load from other processes slows several shapes
+    a little rather than every call of one. Load only ever adds time, so each
+    shape's fastest call nears its time on a quiet machine as rounds go on:
+    after ``min_rounds`` rounds, calibration stops as soon as the fit explains
+    every shape's fastest call within :data:`FIT_TOLERANCE`, else after
+    ``max_rounds`` (the result says how well it fits).
     """
+    if not 1 <= min_rounds <= max_rounds:
+        raise ValueError("need 1 <= min_rounds <= max_rounds")
     shapes = list(shapes)
     run(*shapes[0])  # warm-up: first-call allocations
-    timings = []
-    for n, max_len in shapes:
-        best = float("inf")
-        for _ in range(repeats):
+    fastest = [float("inf")] * len(shapes)
+    rounds = 0
+    while True:
+        for i, (n, max_len) in enumerate(shapes):
             began = clock()
             run(n, max_len)
-            best = min(best, clock() - began)
-        timings.append(Timing(n, max_len, best))
-    return fit_cost_model(timings), timings
+            fastest[i] = min(fastest[i], clock() - began)
+        rounds += 1
+        if rounds < min_rounds:
+            continue
+        timings = [Timing(n, m, s) for (n, m), s in zip(shapes, fastest, strict=True)]
+        cost = fit_cost_model(timings)
+        error = fit_error(cost, timings)
+        if error <= FIT_TOLERANCE or rounds >= max_rounds:
+            return Calibration(cost, timings, rounds, error)

@@ -8,7 +8,9 @@ one batch shape (:func:`choose_compute_type`), keeps the fastest, fits the
 chosen type's :class:`~pipeline.engine.costs.CostModel`, logs both and
 caches them under ``var/`` by model fingerprint, machine and thread count
 (:class:`ProfileCache`), so later starts on the same machine skip the
-measurement.
+measurement. A profile whose cost model does not explain its own timings
+(:attr:`EngineProfile.fits`) is used for the run but not cached, and a cached
+one that does not is measured again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.engine.costs import CostModel, Timing, calibrate
+from pipeline.engine.costs import FIT_TOLERANCE, CostModel, Timing, calibrate, fit_error
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,17 @@ class EngineProfile:
     tokens_per_s: dict[str, float] = field(default_factory=dict)
     timings: list[Timing] = field(default_factory=list)
     measured_at: float = 0.0
+
+    @property
+    def fit_error(self) -> float:
+        """How far the cost model is from its timings (largest relative difference)."""
+        return fit_error(self.cost, self.timings)
+
+    @property
+    def fits(self) -> bool:
+        """Whether the cost model explains its timings: one that does not was measured
+        during a burst of load, and is not kept for later starts."""
+        return self.fit_error <= FIT_TOLERANCE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,8 +154,10 @@ def measure_profile(
     else:
         chosen, speeds = requested, {}
     probe = load(chosen)
-    cost, timings = calibrate(probe.run, clock=clock)
-    return EngineProfile(chosen, cost, speeds, timings, measured_at=time.time())
+    calibration = calibrate(probe.run, clock=clock)
+    return EngineProfile(
+        chosen, calibration.cost, speeds, calibration.timings, measured_at=time.time()
+    )
 
 
 def cpu_model() -> str:

@@ -558,6 +558,13 @@ class CTranslate2Translator(Translator):
             )
         )
         profile = cache.get(key)
+        if profile is not None and not profile.fits:
+            log.info(
+                "%s: the cached call-cost model is %.0f%% off its timings; measuring again",
+                entry.model_dir.name,
+                100 * profile.fit_error,
+            )
+            profile = None
         if profile is None:
             supported = ctranslate2.get_supported_compute_types(self.device)
             types = candidates(self.device, supported) or [
@@ -577,7 +584,16 @@ class CTranslate2Translator(Translator):
                 shape=self._profile_shape,
                 min_seconds=self._profile_seconds,
             )
-            cache.put(key, profile)
+            if profile.fits:
+                cache.put(key, profile)
+            else:
+                log.warning(
+                    "%s: the call-cost model is %.0f%% off its timings (the machine was busy "
+                    "while they were measured); using it for this run, measuring again at the "
+                    "next start",
+                    entry.model_dir.name,
+                    100 * profile.fit_error,
+                )
         log.info(
             "%s: compute_type %s%s; call cost %.2f ms + %.3f ms/step + %.4f ms/padded token",
             entry.model_dir.name,

@@ -221,7 +221,7 @@ BATCHING_KNOB = Gauge(
     "babelstream_batching_knob",
     "Adaptive batching controller's current knobs and estimates, by model and knob "
     "(max_wait_seconds|max_messages|token_budget|throughput_mode|latency_share|"
-    "queue_delay_seconds|service_seconds).",
+    "queue_delay_seconds|service_seconds|arrivals_per_second|cost_correction).",
     ["model", "knob"],
     registry=REGISTRY,
 )

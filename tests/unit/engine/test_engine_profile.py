@@ -1,10 +1,22 @@
-"""Call-cost fitting, compute-type choice by measurement and the profile cache (no model)."""
+"""Call-cost fitting, compute-type choice by measurement and the profile cache (fake
+engines; the demo model where the translator reads and writes the cache)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pipeline.engine.costs import CostModel, Timing, calibrate, fit_cost_model
+from pipeline.contract.pairs import Pair
+from pipeline.engine.batching import TokenBudgetBatcher
+from pipeline.engine.costs import (
+    FIT_TOLERANCE,
+    MAX_CALIBRATION_ROUNDS,
+    CostModel,
+    Timing,
+    calibrate,
+    fit_cost_model,
+)
 from pipeline.engine.profile import (
     EngineProfile,
     ProfileCache,
@@ -12,7 +24,11 @@ from pipeline.engine.profile import (
     choose_compute_type,
     measure_profile,
 )
+from pipeline.engine.translator import CTranslate2Translator
+from pipeline.settings import load_settings
 from tests.fakes import FakeClock
+
+EN_XA = Pair.parse("en_en-XA")
 
 
 class FakeEngine:
@@ -46,13 +62,78 @@ def test_fit_keeps_coefficients_non_negative():
         fit_cost_model(timings[:2])
 
 
-def test_calibrate_times_every_shape_after_a_warm_up():
+def test_calibrate_times_every_shape_in_rounds_after_a_warm_up():
     clock = FakeClock(0.0)
     engine = FakeEngine(clock, CostModel(0.01, 0.001, 0.0002))
-    model, timings = calibrate(engine.run, [(1, 8), (4, 16), (8, 8)], repeats=2, clock=clock)
-    assert engine.calls == [(1, 8), (1, 8), (1, 8), (4, 16), (4, 16), (8, 8), (8, 8)]
-    assert [(t.n, t.max_len) for t in timings] == [(1, 8), (4, 16), (8, 8)]
-    assert model.seconds(32, 40) == pytest.approx(engine.cost.seconds(32, 40))
+    shapes = [(1, 8), (4, 16), (8, 8)]
+    calibration = calibrate(engine.run, shapes, clock=clock)
+    # the warm-up, then two rounds of every shape: the fit explains them, so no more
+    assert engine.calls == [(1, 8), *shapes, *shapes]
+    assert [(t.n, t.max_len) for t in calibration.timings] == shapes
+    assert calibration.rounds == 2 and calibration.fits
+    assert calibration.cost.seconds(32, 40) == pytest.approx(engine.cost.seconds(32, 40))
+
+
+# Timings of the demo model on a 2-core machine while other test suites ran (the
+# largest shape took 4x its time): the absolute fit made of them had no per-call
+# and no per-step cost, so one text per engine call was the cheapest plan.
+TIMINGS_UNDER_LOAD = [
+    Timing(1, 8, 0.000817),
+    Timing(1, 24, 0.002476),
+    Timing(8, 8, 0.002947),
+    Timing(8, 24, 0.007818),
+    Timing(24, 8, 0.007191),
+    Timing(24, 16, 0.030137),
+]
+
+
+def test_a_fit_of_timings_taken_under_load_still_batches():
+    fitted = fit_cost_model(TIMINGS_UNDER_LOAD)
+    assert fitted.per_call_s + fitted.per_step_s > 0
+    # 48 short texts of 9-11 tokens: a handful of calls, not one each
+    plan = TokenBudgetBatcher(4096, cost=fitted).plan([9 + n % 3 for n in range(48)])
+    assert len(plan.batches) <= 3
+
+
+def test_calibration_runs_rounds_until_a_burst_of_load_is_gone():
+    clock = FakeClock(0.0)
+    truth = CostModel(0.0004, 0.00002, 0.000013)
+
+    class Burst(FakeEngine):
+        def run(self, n: int, max_len: int) -> None:
+            super().run(n, max_len)
+            # the largest shape's calls of the first three rounds run 4x slower
+            if (n, max_len) == (24, 16) and len(self.calls) <= 1 + 3 * 6:
+                clock.now += 3 * self.cost.seconds(n, max_len)
+
+    engine = Burst(clock, truth)
+    calibration = calibrate(engine.run, clock=clock)
+    assert calibration.rounds == 4 and calibration.fits
+    for n, max_len in [(1, 8), (32, 24), (64, 40)]:
+        assert calibration.cost.seconds(n, max_len) == pytest.approx(truth.seconds(n, max_len))
+
+
+def test_calibration_says_when_lasting_load_leaves_a_fit_that_does_not_explain_its_timings():
+    clock = FakeClock(0.0)
+
+    class Slow(FakeEngine):
+        def run(self, n: int, max_len: int) -> None:
+            super().run(n, max_len)
+            if (n, max_len) == (8, 8):  # always slowed: no round brings it down
+                clock.now += 2 * self.cost.seconds(n, max_len)
+
+    calibration = calibrate(Slow(clock, CostModel(0.0004, 0.00002, 0.000013)).run, clock=clock)
+    assert calibration.rounds == MAX_CALIBRATION_ROUNDS
+    assert not calibration.fits and calibration.error > FIT_TOLERANCE
+    with pytest.raises(ValueError):
+        calibrate(FakeEngine(clock, CostModel(0, 0, 1e-4)).run, min_rounds=3, max_rounds=2)
+
+
+def test_a_profile_whose_cost_model_does_not_explain_its_timings_does_not_fit():
+    absolute_fit = CostModel(0.0, 0.0, 6.51e-05)  # what the old absolute fit made of them
+    stale = EngineProfile("int8", absolute_fit, timings=TIMINGS_UNDER_LOAD)
+    assert not stale.fits and stale.fit_error > FIT_TOLERANCE
+    assert EngineProfile("int8", fit_cost_model(TIMINGS_UNDER_LOAD), timings=[]).fits
 
 
 def test_chooser_keeps_the_fastest_compute_type():
@@ -155,3 +236,19 @@ def test_a_load_burst_does_not_decide_the_choice():
     )
     assert choice.compute_type == "int8"
     assert len(engines["int8"].calls) == len(engines["float32"].calls)  # turns
+
+
+def test_a_cached_profile_that_does_not_fit_is_measured_again_on_the_demo_model(tmp_path):
+    path = tmp_path / "profiles.json"
+    engine = load_settings(engine={"profile_cache": str(path), "profile_seconds": 0.05}).engine
+    CTranslate2Translator.from_settings(engine, [EN_XA])  # loads, measures and caches
+    (key, stored), *_ = json.loads(path.read_text()).items()
+    # a profile as an earlier release cached it: its cost model far off its timings
+    stale = EngineProfile.from_json(stored)
+    stale = EngineProfile(stale.compute_type, CostModel(0.0, 0.0, 1.0), timings=stale.timings)
+    ProfileCache(path).put(key, stale)
+    again = CTranslate2Translator.from_settings(engine, [EN_XA])
+    remeasured = again.cost_model(EN_XA)
+    assert remeasured != stale.cost and remeasured.per_token_s < 1.0
+    cached = ProfileCache(path).get(key)
+    assert cached is not None and cached.fits and cached.cost == remeasured
