@@ -191,6 +191,6 @@ def calibrate(
             continue
         timings = [Timing(n, m, s) for (n, m), s in zip(shapes, fastest, strict=True)]
         cost = fit_cost_model(timings)
-        error = fit_error(cost, timings)
-        if error <= FIT_TOLERANCE or rounds >= max_rounds:
-            return Calibration(cost, timings, rounds, error)
+        calibration = Calibration(cost, timings, rounds, fit_error(cost, timings))
+        if calibration.fits or rounds >= max_rounds:
+            return calibration
