@@ -221,3 +221,34 @@ class ProfileCache:
         tmp = self.path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
         tmp.replace(self.path)
+
+
+def fitting_profile(
+    cache: ProfileCache, key: str, measure: Callable[[], EngineProfile], *, name: str
+) -> EngineProfile:
+    """The profile cached under ``key`` if its cost model explains its timings, else ``measure()``.
+
+    Only a measurement that fits is cached: one taken on a busy machine is used for this
+    run and measured again at the next start, rather than kept for every start after.
+    """
+    profile = cache.get(key)
+    if profile is not None and profile.fits:
+        return profile
+    if profile is not None:
+        log.info(
+            "%s: the cached call-cost model is %.0f%% off its timings; measuring again",
+            name,
+            100 * profile.fit_error,
+        )
+    profile = measure()
+    if profile.fits:
+        cache.put(key, profile)
+    else:
+        log.warning(
+            "%s: the call-cost model is %.0f%% off its timings (the machine was busy "
+            "while they were measured); using it for this run, measuring again at the "
+            "next start",
+            name,
+            100 * profile.fit_error,
+        )
+    return profile

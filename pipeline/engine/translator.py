@@ -67,6 +67,7 @@ from pipeline.engine.profile import (
     EngineProfile,
     ProfileCache,
     candidates,
+    fitting_profile,
     machine_key,
     measure_profile,
 )
@@ -453,6 +454,10 @@ class CTranslate2Translator(Translator):
     def serves(self, pair: Pair) -> bool:
         return any(m.entry.serves(pair) for m in self._models.values())
 
+    def _requested(self, model: _Model) -> str:
+        """The compute type asked for: the worker's setting, else the model's registry entry."""
+        return self._compute_type or model.entry.compute_type
+
     def _ensure_loaded(self, model: _Model) -> ctranslate2.Translator:
         """The model's CTranslate2 translator, loaded now if it is not (blocks)."""
         with self._lock:
@@ -460,7 +465,7 @@ class CTranslate2Translator(Translator):
                 return model.translator
             self._make_room(model)
             began = time.perf_counter()
-            requested = self._compute_type or model.entry.compute_type
+            requested = self._requested(model)
             first = model.entry.any_entry()
             tokenizer = self._tokenizer(first.source_tokenizer)
             if self._profiles is None:
@@ -549,51 +554,12 @@ class CTranslate2Translator(Translator):
     ) -> EngineProfile:
         """The cached profile of this model on this machine, or a fresh measurement."""
         check_compute_type(requested, entry.model_id)
-        key = "|".join(
-            (
-                files_fingerprint([entry.model_dir / "model.bin"]),
-                requested,
-                machine_key(self.device, self.inter_threads, self.intra_threads),
-                "shape={}x{}".format(*self._profile_shape),
-            )
+        profile = fitting_profile(
+            cache,
+            self._profile_key(entry, requested),
+            lambda: self._measure(entry, requested, tokenizer),
+            name=entry.model_dir.name,
         )
-        profile = cache.get(key)
-        if profile is not None and not profile.fits:
-            log.info(
-                "%s: the cached call-cost model is %.0f%% off its timings; measuring again",
-                entry.model_dir.name,
-                100 * profile.fit_error,
-            )
-            profile = None
-        if profile is None:
-            supported = ctranslate2.get_supported_compute_types(self.device)
-            types = candidates(self.device, supported) or [
-                resolve_compute_type("auto", self.device)
-            ]
-            log.info(
-                "measuring %s on %s (%s)",
-                entry.model_dir,
-                self.device,
-                ", ".join(types) if requested == "auto" else requested,
-            )
-            words = probe_words(tokenizer)
-            profile = measure_profile(
-                requested,
-                types,
-                lambda ctype: ShapeProbe(self._open(entry, ctype), entry, words),
-                shape=self._profile_shape,
-                min_seconds=self._profile_seconds,
-            )
-            if profile.fits:
-                cache.put(key, profile)
-            else:
-                log.warning(
-                    "%s: the call-cost model is %.0f%% off its timings (the machine was busy "
-                    "while they were measured); using it for this run, measuring again at the "
-                    "next start",
-                    entry.model_dir.name,
-                    100 * profile.fit_error,
-                )
         log.info(
             "%s: compute_type %s%s; call cost %.2f ms + %.3f ms/step + %.4f ms/padded token",
             entry.model_dir.name,
@@ -604,6 +570,43 @@ class CTranslate2Translator(Translator):
             profile.cost.per_token_s * 1e3,
         )
         return profile
+
+    def profile_key(self, pair: Pair) -> str:
+        """The key ``pair``'s model's profile is cached under: model file, compute type asked
+        for, machine, threads and call shape (a change to any of them measures again)."""
+        model = self._model_of(pair)
+        return self._profile_key(model.entry.any_entry(), self._requested(model))
+
+    def _profile_key(self, entry: PairEntry, requested: str) -> str:
+        return "|".join(
+            (
+                files_fingerprint([entry.model_dir / "model.bin"]),
+                requested,
+                machine_key(self.device, self.inter_threads, self.intra_threads),
+                "shape={}x{}".format(*self._profile_shape),
+            )
+        )
+
+    def _measure(
+        self, entry: PairEntry, requested: str, tokenizer: sentencepiece.SentencePieceProcessor
+    ) -> EngineProfile:
+        """Choose the compute type (when ``requested`` is ``auto``) and time the call shapes."""
+        supported = ctranslate2.get_supported_compute_types(self.device)
+        types = candidates(self.device, supported) or [resolve_compute_type("auto", self.device)]
+        log.info(
+            "measuring %s on %s (%s)",
+            entry.model_dir,
+            self.device,
+            ", ".join(types) if requested == "auto" else requested,
+        )
+        words = probe_words(tokenizer)
+        return measure_profile(
+            requested,
+            types,
+            lambda ctype: ShapeProbe(self._open(entry, ctype), entry, words),
+            shape=self._profile_shape,
+            min_seconds=self._profile_seconds,
+        )
 
     def _open(self, entry: PairEntry, ctype: str) -> ctranslate2.Translator:
         log.info("loading %s on %s (%s)", entry.model_dir, self.device, ctype)

@@ -3,8 +3,6 @@ engines; the demo model where the translator reads and writes the cache)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pipeline.contract.pairs import Pair
@@ -22,6 +20,7 @@ from pipeline.engine.profile import (
     ProfileCache,
     candidates,
     choose_compute_type,
+    fitting_profile,
     measure_profile,
 )
 from pipeline.engine.translator import CTranslate2Translator
@@ -238,17 +237,73 @@ def test_a_load_burst_does_not_decide_the_choice():
     assert len(engines["int8"].calls) == len(engines["float32"].calls)  # turns
 
 
+TRUTH = CostModel(per_call_s=0.004, per_step_s=0.002, per_token_s=0.0003)
+SHAPES = [(1, 8), (1, 32), (8, 8), (16, 24)]
+
+
+def measured(cost: CostModel, *, busy: bool = False) -> EngineProfile:
+    """A profile of an engine costing ``TRUTH``, fitted as ``cost``; ``busy``: one call slowed."""
+    timings = [Timing(n, m, TRUTH.seconds(n, m)) for n, m in SHAPES]
+    if busy:
+        timings[0] = Timing(1, 8, 5 * timings[0].seconds)
+    return EngineProfile("int8", cost, timings=timings)
+
+
+def stored(cache: ProfileCache, key: str) -> dict[str, object] | None:
+    """The profile cached under ``key`` as the file holds it (timings rounded to the µs)."""
+    profile = cache.get(key)
+    return None if profile is None else profile.to_json()
+
+
+class Measurements:
+    """Hands out the given profiles one per measurement, counting the measurements."""
+
+    def __init__(self, *profiles: EngineProfile) -> None:
+        self.profiles = list(profiles)
+        self.taken = 0
+
+    def __call__(self) -> EngineProfile:
+        self.taken += 1
+        return self.profiles.pop(0)
+
+
+def test_a_cached_profile_that_fits_is_used_without_measuring(tmp_path):
+    cache = ProfileCache(tmp_path / "profiles.json")
+    cache.put("k", measured(TRUTH))
+    measure = Measurements()
+    assert fitting_profile(cache, "k", measure, name="m").cost == TRUTH
+    assert measure.taken == 0
+
+
+def test_only_a_measurement_that_fits_is_kept_for_the_next_start(tmp_path):
+    cache = ProfileCache(tmp_path / "profiles.json")
+    stale = measured(CostModel(0.0, 0.0, 1.0))  # as an earlier release fitted it
+    cache.put("k", stale)
+    busy = measured(fit_cost_model(measured(TRUTH, busy=True).timings), busy=True)
+    assert not stale.fits and not busy.fits
+    measure = Measurements(busy, measured(TRUTH))
+
+    # measured on a busy machine: used for this run, the cache left to measure again
+    assert fitting_profile(cache, "k", measure, name="m") == busy
+    assert stored(cache, "k") == stale.to_json()
+    # the next start measures again; a fit is kept, and used from then on
+    assert fitting_profile(cache, "k", measure, name="m").cost == TRUTH
+    assert measure.taken == 2
+    assert fitting_profile(cache, "k", Measurements(), name="m").cost == TRUTH
+
+
 def test_a_cached_profile_that_does_not_fit_is_measured_again_on_the_demo_model(tmp_path):
     path = tmp_path / "profiles.json"
     engine = load_settings(engine={"profile_cache": str(path), "profile_seconds": 0.05}).engine
-    CTranslate2Translator.from_settings(engine, [EN_XA])  # loads, measures and caches
-    (key, stored), *_ = json.loads(path.read_text()).items()
-    # a profile as an earlier release cached it: its cost model far off its timings
-    stale = EngineProfile.from_json(stored)
-    stale = EngineProfile(stale.compute_type, CostModel(0.0, 0.0, 1.0), timings=stale.timings)
+    translator = CTranslate2Translator.from_settings(engine, [EN_XA])
+    first, key = translator.profile(EN_XA), translator.profile_key(EN_XA)
+    assert first is not None
+    # a profile as an earlier release cached it: its cost model far off the demo model's timings
+    stale = EngineProfile(first.compute_type, CostModel(0.0, 0.0, 1.0), timings=first.timings)
     ProfileCache(path).put(key, stale)
-    again = CTranslate2Translator.from_settings(engine, [EN_XA])
-    remeasured = again.cost_model(EN_XA)
-    assert remeasured != stale.cost and remeasured.per_token_s < 1.0
-    cached = ProfileCache(path).get(key)
-    assert cached is not None and cached.fits and cached.cost == remeasured
+    remeasured = CTranslate2Translator.from_settings(engine, [EN_XA]).profile(EN_XA)
+    assert remeasured is not None and remeasured.timings != stale.timings
+    assert remeasured.cost.per_token_s < 1.0
+    # kept if it fits; measured on a busy machine, it is not, and the next start measures again
+    kept = remeasured if remeasured.fits else stale
+    assert stored(ProfileCache(path), key) == kept.to_json()
