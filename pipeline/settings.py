@@ -645,6 +645,12 @@ class TenantSettings(_Section):
     # fetched events an agent may hold back for fair share (uncommitted); with this many
     # held, fetching pauses until rounds drain them
     max_deferred: int = Field(20_000, ge=0)
+    # each tenant writes its requests to its own ingress topic, translate.ingress.<tenant>
+    # (on a secure stack only its Kafka user may: `babelstream tenants add`), and workers
+    # stamp them with that tenant; off: a request's tenant is what its producer wrote
+    identity_from_topic: bool = False
+    # how soon workers read the ingress topic of a tenant added after they started
+    ingress_discovery_s: float = Field(10.0, gt=0)
     # quotas: characters per quota window; None = unlimited
     default_quota_chars: int | None = Field(None, ge=1)
     # tenant -> characters per quota window (others: default_quota_chars)

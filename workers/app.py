@@ -25,6 +25,7 @@ from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.costs import cost_of
 from pipeline.engine.shaping import BatchShaper
 from pipeline.kafka.clients import faust_app_options
+from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.observability import metrics
 from pipeline.routing import Router
 from pipeline.steps.base import Batch
@@ -35,7 +36,7 @@ from pipeline.steps.publish import Producer
 from pipeline.steps.replies import ReplyCopies
 from pipeline.steps.translate import EngineRunner
 from workers.agents import fair_agent, plain_agent
-from workers.control import Controls
+from workers.control import Controls, TopicLister
 from workers.dedup_table import FaustDedupWindow
 from workers.faust_adapter import (
     use_idempotent_producer,
@@ -44,6 +45,7 @@ from workers.lifecycle import add_lifecycle
 from workers.offset_keeper import OffsetKeeper
 from workers.producer import FaustProducer
 from workers.shell import ServedModel, WorkerContext, WorkerShell
+from workers.tenant_ingress import TenantIngressGate
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,14 @@ def create_app(
             else plain_agent(shell, runner, None, w.max_messages, w.max_wait_s)
         )
         app.agent(source(REQUESTS_TOPIC), name="router", concurrency=1)(route)
+        if s.tenants.identity_from_topic:
+            gate = TenantIngressGate(
+                s,
+                app_id,
+                ctx.worker_name,
+                ReplyTopicCheck(TopicLister(s.kafka), s.replies.listing_refresh_s),
+            )
+            app.task(gate.run)
 
     for model in served:
         _add_model_agents(app, shell, model, source, producer, policy, controls, replies)

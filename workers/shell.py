@@ -289,6 +289,8 @@ class WorkerShell:
             # grows on every revocation and assignment: a drill that sees it change
             # knows the group rebalanced, and uncommitted work was read again
             "epoch": self.offsets.ledger.epoch,
+            # where a request's tenant comes from: its ingress topic, or the request itself
+            "tenant_from": "topic" if self.ctx.settings.tenants.identity_from_topic else "request",
         }
         if self.ctx.engine:
             details["engine"] = self.ctx.engine

@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
     "topics": "pipeline.cli.commands.topics:topics",
     "gateway": "pipeline.cli.commands.gateway:gateway",
     "keys": "pipeline.cli.commands.keys:keys",
+    "tenants": "pipeline.cli.commands.tenants:tenants",
 }
 
 

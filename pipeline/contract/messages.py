@@ -243,6 +243,10 @@ DeadLetterReason = Literal[
     "unsupported_version",
     "internal_error",
     "quarantined",
+    # a tenant's own ingress: the request names another tenant, or a reply topic that
+    # is not the tenant's
+    "tenant_mismatch",
+    "reply_topic_not_owned",
 ]
 Encoding = Literal["utf8", "base64"]
 

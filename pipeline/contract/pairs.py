@@ -32,6 +32,15 @@ LEGACY_PAIR_PREFIX = "translate.requests."
 LEGACY_BULK_PREFIX = "translate.bulk."
 # a model id names topics: Kafka's topic characters, and room for the prefixes
 _MODEL_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+# a tenant's own ingress (tenants.identity_from_topic): translate.ingress.<tenant>, which
+# only its principal may write to on a secure stack; its requests are stamped its tenant
+TENANT_INGRESS_PREFIX = "translate.ingress."
+# the reply topic of a tenant's requests that name none: the shared results topic is not
+# readable by tenants, so without one a tenant could read none of its results
+DEFAULT_REPLY_NAME = "results"
+# a tenant with topics of its own: no dot, so no tenant's topic prefix (its reply topics
+# are <replies.prefix><tenant>.*) is the start of another tenant's
+_TOPIC_TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +90,36 @@ def bulk_work_topic(model_id: str) -> str:
 def legacy_pair_topics(pair: Pair | str) -> tuple[str, str]:
     """The interactive and bulk work topics of one pair in releases before 0.2."""
     return LEGACY_PAIR_PREFIX + str(pair), LEGACY_BULK_PREFIX + str(pair)
+
+
+def check_topic_tenant(tenant: str) -> str:
+    """``tenant`` if it can name a tenant's own topics, else ContractError."""
+    if not _TOPIC_TENANT.fullmatch(tenant):
+        raise ContractError(
+            f"invalid tenant {tenant!r}: 1 to 64 of the characters A-Z a-z 0-9 _ - "
+            "(it names the tenant's topics and its Kafka user)"
+        )
+    return tenant
+
+
+def tenant_ingress_topic(tenant: str) -> str:
+    """The topic only ``tenant`` writes its requests to."""
+    return TENANT_INGRESS_PREFIX + check_topic_tenant(tenant)
+
+
+def ingress_tenant(topic: str) -> str | None:
+    """The tenant whose own ingress ``topic`` is, or None for any other topic."""
+    if not topic.startswith(TENANT_INGRESS_PREFIX):
+        return None
+    tenant = topic[len(TENANT_INGRESS_PREFIX) :]
+    return tenant if _TOPIC_TENANT.fullmatch(tenant) else None
+
+
+def tenant_reply_prefix(replies_prefix: str, tenant: str) -> str:
+    """The names of ``tenant``'s reply topics start with this (its ACLs are on this prefix)."""
+    return f"{replies_prefix}{check_topic_tenant(tenant)}."
+
+
+def default_reply_topic(replies_prefix: str, tenant: str) -> str:
+    """The reply topic of ``tenant``'s requests that name none (``tenants add`` creates it)."""
+    return tenant_reply_prefix(replies_prefix, tenant) + DEFAULT_REPLY_NAME

@@ -44,6 +44,13 @@ ROUTED = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+TENANT_INGRESS = Counter(
+    "babelstream_tenant_ingress",
+    "Records of tenants' own ingress topics, by tenant and outcome "
+    "(forwarded|tenant_mismatch|reply_topic_not_owned).",
+    ["tenant", "outcome"],
+    registry=REGISTRY,
+)
 BATCH_SIZE = Histogram(
     "babelstream_batch_size",
     "Requests per micro-batch taken from a model's work topic (every pair of the model).",
@@ -230,6 +237,7 @@ BATCHING_KNOB = Gauge(
 METRIC_NAMES: tuple[str, ...] = (
     "babelstream_requests_total",
     "babelstream_routed_total",
+    "babelstream_tenant_ingress_total",
     "babelstream_batch_size",
     "babelstream_engine_batch_size",
     "babelstream_batch_duration_seconds",
@@ -348,6 +356,11 @@ def set_batch_failing(agent: str, seconds: float) -> None:
 def record_route(kind: str) -> None:
     """Count one ingress record the router handled."""
     ROUTED.labels(kind).inc()
+
+
+def record_tenant_ingress(tenant: str, outcome: str) -> None:
+    """Count one record of ``tenant``'s own ingress and what became of it."""
+    TENANT_INGRESS.labels(tenant, outcome).inc()
 
 
 def set_committed_lag(group: str, lag: Mapping[tuple[str, int], int]) -> None:

@@ -17,6 +17,7 @@ from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports
 from pipeline.stack.procs import cmdline
 from pipeline.stack.secure import ServiceSecrets, service_secrets
 from pipeline.stack.service import Probe, Reporter, Service
+from pipeline.stack.tls import CLIENT_NAME, SERVER_NAMES
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"
 _JAR_VERSION = re.compile(r"kafka_2\.13-([^/:\s]+?)\.jar")
@@ -92,6 +93,14 @@ def render_server_properties(
                 # nodes and mutual-TLS clients must show a certificate of our CA
                 "listener.name.ssl.ssl.client.auth": "required",
                 "listener.name.controller.ssl.client.auth": "required",
+                # Requests are authorized: what no ACL allows is refused. The nodes (their
+                # certificates), mutual-TLS clients and the services' SCRAM user may do
+                # anything; tenants get ACLs for their own topics (`babelstream tenants add`).
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "ssl.principal.mapping.rules": "RULE:^CN=([^,]+),.*$/$1/,DEFAULT",
+                "super.users": ";".join(
+                    f"User:{name}" for name in (secure.username, *SERVER_NAMES, CLIENT_NAME)
+                ),
             }
         )
     return "".join(f"{key}={value}\n" for key, value in props.items())

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from pipeline.gateway.keys import KeyStore
 
 
-def _store(settings: Settings) -> KeyStore:
+def key_store(settings: Settings) -> KeyStore:
+    """The gateway's API keys in the configured Redis."""
     from pipeline.gateway.keys import KeyStore
     from pipeline.storage.redis_client import redis_client
 
@@ -39,7 +40,7 @@ def keys() -> None:
 @click.pass_obj
 def add(settings: Settings, tenant: str, label: str | None, as_json: bool) -> None:
     """Make a key for TENANT and print it (only now: Redis keeps its digest)."""
-    api_key, info = _store(settings).add(tenant, label)
+    api_key, info = key_store(settings).add(tenant, label)
     if as_json:
         click.echo(json.dumps({"api_key": api_key, **info.to_dict()}))
     else:
@@ -52,7 +53,7 @@ def add(settings: Settings, tenant: str, label: str | None, as_json: bool) -> No
 @click.pass_obj
 def list_keys(settings: Settings, as_json: bool) -> None:
     """Every key: id, tenant, label, when it was made (never the key itself)."""
-    found = _store(settings).list()
+    found = key_store(settings).list()
     if as_json:
         click.echo(json.dumps([k.to_dict() for k in found]))
         return
@@ -70,7 +71,7 @@ def revoke(settings: Settings, key_or_id: str) -> None:
     from pipeline.gateway.keys import ApiKeyError
 
     try:
-        info = _store(settings).revoke(key_or_id)
+        info = key_store(settings).revoke(key_or_id)
     except ApiKeyError as exc:
         raise click.BadParameter(str(exc), param_hint="'KEY_OR_ID'") from None
     click.echo(f"revoked {info.id} (tenant {info.tenant})", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from pathlib import Path
@@ -147,6 +148,24 @@ def test_secure_node_has_no_plaintext_listener(tmp_path: Path) -> None:
     assert props["listener.name.ssl.ssl.client.auth"] == "required"
     assert props["ssl.truststore.location"] == str(tls.ca)
     assert secrets_.kafka_password.get_secret_value() not in text
+
+
+def test_secure_nodes_authorize_and_their_certificates_map_to_super_users(tmp_path: Path) -> None:
+    settings = layout.with_layout(_cluster(tmp_path), secure=True)
+    _, tls = ensure_secure_material(tmp_path)
+    secure = service_secrets(tmp_path, "kafka")
+    node = layout.node_ports(settings.stack)[1]
+    props = _props(render_server_properties(settings, node, tmp_path / "d", secure))
+    assert props["authorizer.class.name"].endswith("StandardAuthorizer")
+    supers = {user.removeprefix("User:") for user in props["super.users"].split(";")}
+    assert secure.username in supers
+    # Kafka maps a certificate's subject (RFC 2253, as below) by the first rule that matches
+    rule = re.fullmatch(r"RULE:\^(.*)\$/\$1/,DEFAULT", props["ssl.principal.mapping.rules"])
+    assert rule is not None
+    for pem in (tls.server_cert, tls.client_keystore):
+        subject = x509.load_pem_x509_certificate(pem.read_bytes()).subject.rfc4514_string()
+        mapped = re.fullmatch(rule.group(1), subject)
+        assert mapped is not None and mapped.group(1) in supers, subject
 
 
 def test_secure_redis_is_tls_only_with_a_hashed_acl_password(tmp_path: Path) -> None:

@@ -1,0 +1,293 @@
+"""Tenants on the secure stack, tried as a hostile tenant would.
+
+One secure single-node stack (its brokers authorize every request), a worker
+with ``tenants.identity_from_topic`` on, and tenants made with
+``babelstream tenants add``. A tenant's request is served as its tenant on its
+own reply topic; one that names another tenant is a dead letter with its
+reason and reaches no other tenant; a tenant can read no other tenant's
+results, dead letters or quarantine, and write nowhere but its own ingress;
+a removed tenant is refused from its next request on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, TopicAuthorizationFailedError
+from pydantic import SecretStr
+
+from pipeline.cli.main import main
+from pipeline.contract.messages import DeadLetter, TranslationResult, now_ms
+from pipeline.contract.pairs import (
+    DLQ_TOPIC,
+    QUARANTINE_TOPIC,
+    REQUESTS_TOPIC,
+    RESULTS_TOPIC,
+    SLA_TOPIC,
+    default_reply_topic,
+    tenant_ingress_topic,
+    work_topic,
+)
+from pipeline.kafka.check import KafkaRefused, kafka_python_client
+from pipeline.kafka.tenants import add_tenant, list_tenants, remove_tenant
+from pipeline.settings import KafkaSettings, Settings
+from pipeline.stack import layout
+from pipeline.stack.local_worker import DEMO_MODEL, DEMO_PAIR, WorkerProcess
+from pipeline.stack.manager import Endpoints
+from tests.integration.helpers import TopicTail
+from tests.integration.stacks import running_stack
+
+pytestmark = pytest.mark.integration
+
+IDENTITY = {
+    "BABELSTREAM_TENANTS__IDENTITY_FROM_TOPIC": "true",
+    "BABELSTREAM_TENANTS__INGRESS_DISCOVERY_S": "2",
+}
+# how long a refused client may take to say so (a denied topic is refused at once)
+REFUSAL_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """The secure stack's client settings: the services' user, allowed everything."""
+    with running_stack(tmp_path_factory.mktemp("tenants"), brokers=1, secure=True) as stack:
+        yield layout.client_settings(stack)
+
+
+@pytest.fixture(scope="module")
+def worker(operator: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    env = {**layout.client_environment(operator), **IDENTITY}
+    log_path = tmp_path_factory.mktemp("tenant-worker") / "worker.log"
+    process = WorkerProcess(operator, log_path=log_path, env=env).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def as_tenant(operator: Settings, tenant: str) -> KafkaSettings:
+    """Client settings of a new tenant, made with ``tenants add`` as an operator runs it."""
+    runner = CliRunner()
+    env = {**layout.client_environment(operator)}
+    done = runner.invoke(main, ["tenants", "add", tenant, "--json"], env=env)
+    assert done.exit_code == 0, done.output
+    made = json.loads(done.stdout)
+    assert made["ingress_topic"] == tenant_ingress_topic(tenant)
+    return operator.kafka.model_copy(
+        update={
+            "sasl_username": made["sasl_username"],
+            "sasl_password": SecretStr(made["sasl_password"]),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def tenants(operator: Settings, worker: WorkerProcess) -> dict[str, KafkaSettings]:
+    readiness = worker.readiness()
+    assert readiness is not None and readiness["tenant_from"] == "topic", readiness
+    return {name: as_tenant(operator, name) for name in ("acme", "globex")}
+
+
+def request(text: str, **fields: Any) -> tuple[str, bytes]:
+    request_id = f"t-{uuid.uuid4().hex[:12]}"
+    body = {
+        "request_id": request_id,
+        "source_lang": DEMO_PAIR.source,
+        "target_lang": DEMO_PAIR.target,
+        "text": text,
+        "submitted_at": now_ms(),
+        **fields,
+    }
+    return request_id, json.dumps(body).encode()
+
+
+def producer(kafka: KafkaSettings) -> KafkaProducer:
+    return kafka_python_client(
+        KafkaProducer,
+        kafka,
+        "tests-tenant",
+        acks="all",
+        retries=0,
+        max_block_ms=int(REFUSAL_S * 1000),
+    )
+
+
+def produce(kafka: KafkaSettings, topic: str, value: bytes) -> None:
+    sender = producer(kafka)
+    try:
+        sender.send(topic, value).get(timeout=REFUSAL_S)
+    finally:
+        sender.close()
+
+
+def refused(action: Callable[[], object]) -> str:
+    """The authorization error ``action`` ends with (it must end with one)."""
+    with pytest.raises(KafkaError) as caught:
+        action()
+    name = type(caught.value).__name__
+    assert "Authorization" in name or "Authentication" in name, repr(caught.value)
+    return name
+
+
+def read_all(kafka: KafkaSettings, topic: str) -> list[Any]:
+    """Every record of ``topic`` as ``kafka``'s user may read it, from the start."""
+    reader = kafka_python_client(
+        KafkaConsumer, kafka, "tests-tenant", group_id=None, enable_auto_commit=False
+    )
+    try:
+        partitions = reader.partitions_for_topic(topic) or {0}
+        tps = [TopicPartition(topic, p) for p in partitions]
+        reader.assign(tps)
+        reader.seek_to_beginning(*tps)
+        records: list[Any] = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for batch in reader.poll(timeout_ms=250).values():
+                records.extend(batch)
+        return records
+    finally:
+        reader.close()
+
+
+def described(kafka: KafkaSettings, topic: str) -> tuple[int, list[str] | None]:
+    """(error code, operations the user may do) of ``topic``, as the brokers tell ``kafka``'s
+    user in a metadata response."""
+    admin = kafka_python_client(KafkaAdminClient, kafka, "tests-tenant")
+    try:
+        (found,) = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    return found["error_code"], found["authorized_operations"]
+
+
+def results_of(records: list[Any], request_id: str) -> list[TranslationResult]:
+    found = [TranslationResult.model_validate_json(r.value) for r in records]
+    return [r for r in found if r.request_id == request_id]
+
+
+def test_a_tenants_request_is_served_as_its_tenant_on_its_own_reply_topic(
+    operator: Settings, tenants: dict[str, KafkaSettings]
+) -> None:
+    reply_topic = default_reply_topic(operator.replies.prefix, "acme")
+    shared = TopicTail(operator.kafka, RESULTS_TOPIC)
+    request_id, value = request("Hello, tenant.")
+    produce(tenants["acme"], tenant_ingress_topic("acme"), value)
+
+    def served(kafka: KafkaSettings) -> list[TranslationResult]:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if found := results_of(read_all(kafka, reply_topic), request_id):
+                return found
+        return []
+
+    (result,) = served(tenants["acme"])  # the tenant reads it with its own user
+    _, allowed = described(tenants["acme"], reply_topic)
+    assert sorted(allowed or []) == ["CREATE", "DELETE", "DESCRIBE", "READ"]
+    assert (result.status, result.tenant) == ("ok", "acme"), result
+    assert result.translation
+    shared_copy = results_of(
+        shared.read_until(lambda rs: bool(results_of(rs, request_id))), request_id
+    )
+    assert [r.tenant for r in shared_copy] == ["acme"]  # the SLA job sees it as acme's
+
+
+def test_a_request_naming_another_tenant_is_a_dead_letter_and_reaches_no_one_else(
+    operator: Settings, tenants: dict[str, KafkaSettings]
+) -> None:
+    globex_replies = default_reply_topic(operator.replies.prefix, "globex")
+    dead_letters = TopicTail(operator.kafka, DLQ_TOPIC)
+    theirs = TopicTail(operator.kafka, globex_replies)
+    request_id, value = request("Spend globex's quota.", tenant="globex", reply_to=globex_replies)
+    produce(tenants["acme"], tenant_ingress_topic("acme"), value)
+
+    def mine(records: list[Any]) -> list[DeadLetter]:
+        letters = [DeadLetter.model_validate_json(r.value) for r in records]
+        return [d for d in letters if d.value and request_id in d.value]
+
+    (letter,) = mine(dead_letters.read_until(lambda rs: bool(mine(rs))))
+    assert letter.reason == "tenant_mismatch" and letter.source_topic == "translate.ingress.acme"
+    # acme hears why on its own reply topic, as acme
+    own = default_reply_topic(operator.replies.prefix, "acme")
+    deadline, told = time.monotonic() + 60, list[TranslationResult]()
+    while not told and time.monotonic() < deadline:
+        told = results_of(read_all(tenants["acme"], own), request_id)
+    assert [(r.status, r.reason, r.tenant) for r in told] == [("error", "tenant_mismatch", "acme")]
+    assert results_of(theirs.drain(), request_id) == []  # nothing of it reached globex
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        RESULTS_TOPIC,
+        DLQ_TOPIC,
+        QUARANTINE_TOPIC,
+        SLA_TOPIC,
+        "translate.replies.globex.results",
+        "translate.ingress.globex",
+    ],
+)
+def test_a_tenant_reads_nothing_of_anothers_or_the_shared_topics(
+    operator: Settings, tenants: dict[str, KafkaSettings], topic: str
+) -> None:
+    assert described(operator.kafka, topic)[0] == 0  # the topic is there
+    # the brokers answer the tenant as if it were not: kafka-python's consumer then reads
+    # nothing and says nothing, so the metadata's own answer is checked too
+    assert described(tenants["acme"], topic) == (TopicAuthorizationFailedError.errno, None)
+    assert read_all(tenants["acme"], topic) == []
+
+
+@pytest.mark.parametrize(
+    "topic",
+    [
+        REQUESTS_TOPIC,
+        RESULTS_TOPIC,
+        SLA_TOPIC,
+        DLQ_TOPIC,
+        work_topic(DEMO_MODEL),
+        "translate.ingress.globex",
+        "translate.replies.globex.results",
+    ],
+)
+def test_a_tenant_writes_nowhere_but_its_own_ingress(
+    operator: Settings, tenants: dict[str, KafkaSettings], topic: str
+) -> None:
+    _, value = request("Written where it may not be.", tenant="globex")
+    refused(lambda: produce(tenants["acme"], topic, value))
+
+
+def test_a_removed_tenant_is_refused_from_its_next_request(
+    operator: Settings, tenants: dict[str, KafkaSettings]
+) -> None:
+    initech = as_tenant(operator, "initech")
+    assert "initech" in list_tenants(operator.kafka)
+    ingress = tenant_ingress_topic("initech")
+    sender = producer(initech)
+    try:
+        sender.send(ingress, request("Before.")[1]).get(timeout=REFUSAL_S)
+        remove_tenant(operator.kafka, "initech")
+        # the connection it already has is refused too: ACLs are checked on every request
+        refused(lambda: sender.send(ingress, request("After.")[1]).get(timeout=REFUSAL_S))
+    finally:
+        sender.close(timeout=1)
+    assert "initech" not in list_tenants(operator.kafka)
+    # and its user is gone: a new connection is not let in
+    with pytest.raises(KafkaRefused, match="refused the SASL login of user 'tenant-initech'"):
+        produce(initech, tenant_ingress_topic("initech"), request("Again.")[1])
+
+
+def test_tenants_need_a_secured_cluster(stack: Endpoints) -> None:
+    """On the plain dev stack, ``tenants add`` says so in one line and makes nothing."""
+    settings = stack.settings
+    env = {"BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": stack.bootstrap_servers}
+    done = CliRunner().invoke(main, ["tenants", "add", "acme"], env=env)
+    assert done.exit_code != 0
+    assert "no authorizer" in done.output and "Traceback" not in done.output
+    with pytest.raises(Exception, match="no authorizer"):
+        add_tenant(settings.kafka, settings.replies, "acme")
