@@ -51,7 +51,10 @@ def render_redis_conf(
             # clients authenticate with the ACL password; a certificate is optional
             "tls-auth-clients optional",
             "user default off",
-            f"user {secure.username} on #{digest} ~* &* +@all",
+            # every command the pipeline runs, none that could wipe, scan or reconfigure
+            # the store (FLUSHALL, KEYS, CONFIG, DEBUG, ... are @dangerous); INFO is
+            # the health check's
+            f"user {secure.username} on #{digest} ~* &* +@all -@dangerous +info",
         ]
     return "\n".join(lines) + "\n"
 

@@ -260,6 +260,20 @@ def test_redis_cache_over_tls_as_the_acl_user(clients: Settings) -> None:
     cache.close()
 
 
+def test_the_redis_user_cannot_wipe_scan_or_reconfigure_the_store(clients: Settings) -> None:
+    client = redis_client(clients.redis)
+    try:
+        key = f"test:{uuid.uuid4().hex}"
+        client.set(key, "kept")
+        for command in (("FLUSHALL",), ("FLUSHDB",), ("KEYS", "*"), ("CONFIG", "GET", "*")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                client.execute_command(*command)
+        assert client.get(key) == b"kept"  # nothing was flushed
+        assert client.info("server")["redis_version"]  # the health check's command
+    finally:
+        client.close()
+
+
 def test_redis_refuses_wrong_password_and_plaintext(clients: Settings) -> None:
     good = clients.redis
     wrong = good.model_copy(update={"password": SecretStr("not-the-password")})
