@@ -266,6 +266,8 @@ def dashboard(settings: Settings) -> ComponentStatus:
 
 
 def _gateway_line(body: dict[str, Any]) -> str:
+    if "reply_topic" not in body:  # a gateway that requires keys, asked without one
+        return f"serving; Kafka {body.get('kafka')} (it shows the rest to API keys only)"
     calls = body.get("calls") or {}
     answered = ", ".join(f"{code}: {n}" for code, n in calls.items()) or "none yet"
     return (

@@ -226,6 +226,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "Unknown request id",
         409: "Cancelled",
         413: "Body too large",
+        422: "The request id was used for another call",
         429: "Slow down: the tenant's quota is used up (Retry-After)",
         503: "Kafka (or Redis) cannot take the call now (Retry-After)",
         504: "Not translated within the deadline: fetch the result by request id later",
@@ -408,7 +409,7 @@ def _add_text_routes(app: FastAPI, gateway: Gateway, limits: GatewaySettings) ->
         summary="Translate Text",
         response_model=TranslateAnswer,
         response_model_exclude_none=True,
-        responses=_errors(400, 403, 409, 413, 429, 503, 504),
+        responses=_errors(400, 403, 409, 413, 422, 429, 503, 504),
         openapi_extra=_bodies(TranslateBody, TranslateForm),
     )
     async def translate(request: Request) -> JSONResponse:
@@ -566,8 +567,14 @@ def _add_misc_routes(
         summary="This gateway process: Kafka, reply topic, counters (extension)",
         openapi_extra=EXTENSION,
     )
-    async def gateway_status() -> dict[str, Any]:
-        return dict(gateway.status())
+    async def gateway_status(api_key: str | None = None) -> dict[str, Any]:
+        status = dict(gateway.status())
+        if api_key is None and gateway.settings.gateway.require_api_key:
+            # a gateway that requires keys shows its internals to keys only; a probe
+            # (`babelstream status`, an orchestrator) sees whether it reaches Kafka
+            return {"kafka": status["kafka"]}
+        await gateway.tenant(api_key)  # an unknown key is a 403 here too
+        return status
 
 
 def _add_docs(app: FastAPI) -> None:

@@ -35,6 +35,9 @@ class PendingCall:
     detected: list[tuple[str, float]] | None
     alternatives: int
     text_format: str
+    # what the call asked for (calls.call_fingerprint): a request id re-sent with other texts
+    # or options is another call; "" in calls kept by earlier releases
+    fingerprint: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -9,6 +9,7 @@ extensions (:data:`EXTENSIONS`) are optional fields its clients never send.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -82,6 +83,23 @@ class TranslateCall:
     priority: Priority = "interactive"
     deadline_ms: int | None = None
     request_id: str | None = None
+
+
+def call_fingerprint(call: TranslateCall) -> str:
+    """A digest of what ``call`` asks for (texts, languages, format and options), not of how
+    long it may wait: the same call re-sent with its request id has the same one."""
+    asked = [
+        call.texts,
+        call.as_list,
+        call.source,
+        call.target,
+        call.text_format,
+        call.alternatives,
+        call.glossary,
+        [term.model_dump() for term in call.terms],
+        call.priority,
+    ]
+    return hashlib.sha256(json.dumps(asked, ensure_ascii=False).encode()).hexdigest()
 
 
 # names of glossaries and tenants as the stores key them (no ':', '/', whitespace)

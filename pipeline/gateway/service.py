@@ -34,7 +34,15 @@ from pipeline.control.quotas import QuotaLimiter
 from pipeline.detect import Detection, LanguageDetector
 from pipeline.engine.registry import Registry
 from pipeline.gateway.call_store import PendingCall, ResultStore
-from pipeline.gateway.calls import AUTO, ApiError, TranslateCall, answer, failure, over_limit
+from pipeline.gateway.calls import (
+    AUTO,
+    ApiError,
+    TranslateCall,
+    answer,
+    call_fingerprint,
+    failure,
+    over_limit,
+)
 from pipeline.gateway.keys import KeyLookup
 from pipeline.gateway.languages import Languages
 from pipeline.gateway.link import KafkaLink, KafkaUnavailable, reply_topic_name
@@ -188,9 +196,23 @@ class Gateway:
         requests = self._requests(call, tenant, sources, item_ids, call_id)
         await self._charge(tenant, requests)
         pending = PendingCall(
-            item_ids, known, call.as_list, detected, call.alternatives, call.text_format
+            item_ids,
+            known,
+            call.as_list,
+            detected,
+            call.alternatives,
+            call.text_format,
+            call_fingerprint(call),
         )
         if call.request_id is not None:  # a retry after a crash finds it
+            earlier = await self._redis_call(self.store.call(call_id))
+            if earlier is not None and earlier.fingerprint not in ("", pending.fingerprint):
+                # its item ids would answer with the earlier call's translations
+                raise ApiError(
+                    422,
+                    f"request_id {call.request_id} was used for another call (other texts, "
+                    "languages or options); a new call needs a request_id of its own",
+                )
             await self._redis_call(self.store.keep_call(call_id, pending))
         results = await self._results(call, call_id, requests, headers, pending)
         problem = failure(results)

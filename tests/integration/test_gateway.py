@@ -386,6 +386,42 @@ def test_a_restart_loses_no_accepted_call(
         assert (second.status() or {})["produced"] == 0
 
 
+def test_a_request_id_re_sent_with_other_texts_is_refused_not_answered_with_the_old(
+    gateway: GatewayProcess,
+) -> None:
+    call_id = f"resent-{uuid.uuid4().hex[:8]}"
+    first = {"q": ["One text."], "source": "en", "target": "en-XA", "request_id": call_id}
+    assert post(gateway, "/translate", json=first).json()["translatedText"] == [
+        to_pseudo("One text.")
+    ]
+    other = post(gateway, "/translate", json={**first, "q": ["Another text."]})
+    assert other.status_code == 422, other.text
+    assert f"request_id {call_id} was used for another call" in other.json()["error"]
+    again = post(gateway, "/translate", json={**first, "deadline_ms": 20_000})  # a retry
+    assert again.status_code == 200 and again.json()["translatedText"] == [to_pseudo("One text.")]
+
+
+def test_a_gateway_that_requires_keys_shows_its_internals_to_keys_only(
+    settings: Settings, worker: WorkerProcess, files_dir: Path, instance: str, keys: KeyStore
+) -> None:
+    env = {
+        **gateway_env(files_dir, f"{instance}-keys"),
+        "BABELSTREAM_GATEWAY__REQUIRE_API_KEY": "true",
+    }
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-keys.log", env=env) as locked:
+        page = f"{locked.url}/babelstream/gateway"
+        anonymous = requests.get(page, timeout=10)
+        assert anonymous.status_code == 200 and anonymous.json() == {"kafka": "available"}
+        wrong = requests.get(page, params={"api_key": "bs_not-a-key"}, timeout=10)
+        assert wrong.status_code == 403 and "reply_topic" not in wrong.text
+        key, _ = keys.add("status-readers")
+        shown = requests.get(page, params={"api_key": key}, timeout=10).json()
+        assert shown["reply_topic"].startswith("translate.replies.gateway.") and "calls" in shown
+        # and translating needs a key there
+        refused = post(locked, "/translate", json={"q": "Hi", "source": "en", "target": "en-XA"})
+        assert refused.status_code == 400 and "API key" in refused.json()["error"]
+
+
 def test_kafka_unreachable_answers_503_without_waiting_to_produce(
     settings: Settings, files_dir: Path, instance: str
 ) -> None:
