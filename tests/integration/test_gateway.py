@@ -155,6 +155,14 @@ def test_a_chunked_form_is_read(gateway: GatewayProcess) -> None:
     assert (answer.status_code, answer.json()) == (200, {"translatedText": "Ĥéļļö ŵöŕļð"})
 
 
+def test_markup_in_a_text_call_is_translated_as_text(gateway: GatewayProcess) -> None:
+    """``format=text``: tags are characters like any other, never checked as markup."""
+    for q in ("<p></p>", "<b>", "a < b > c"):
+        answer = post(gateway, "/translate", json={"q": q, **EN_XA, "format": "text"})
+        assert answer.status_code == 200, (q, answer.text)
+        assert answer.json()["translatedText"].strip(), q
+
+
 def test_a_target_typo_is_refused_not_answered_untranslated(gateway: GatewayProcess) -> None:
     answer = post(
         gateway, "/translate", json={"q": "Hello", "source": "en", "target": "en-XA-x-foo"}
