@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pipeline.contract.messages import (
     CacheLevel,
@@ -200,14 +200,45 @@ class Batch:
         )
 
 
+# names of what a step reads and sets: Item fields, and ``outgoing`` (the batch's records)
+Fields = frozenset[str]
+# what every batch starts with: its items' records
+GIVEN: Fields = frozenset({"record"})
+
+
 class Step(Protocol):
     """One stage of the hot path: resolves some pending items of the batch in place.
 
-    Raises :class:`TransientError` for infrastructure faults; never raises for
-    a bad request (that request is resolved instead).
+    ``reads`` and ``sets`` say which :class:`Item` fields (and ``outgoing``) it
+    reads and fills in; a chain refuses at start a step that reads what no step
+    before it sets (:func:`check_order`). Raises :class:`TransientError` for
+    infrastructure faults; never raises for a bad request (that request is
+    resolved instead).
     """
 
+    reads: ClassVar[Fields]
+    sets: ClassVar[Fields]
+
     async def __call__(self, batch: Batch) -> None: ...
+
+
+class ChainOrderError(ValueError):
+    """A chain with a step before the steps that set what it reads (a programming error)."""
+
+
+def check_order(steps: Sequence[Step], given: Fields = GIVEN) -> None:
+    """ChainOrderError unless each step's ``reads`` are ``given`` or set by an earlier step:
+    a step placed before them would find nothing to work on and silently do nothing."""
+    known = set(given)
+    for position, step in enumerate(steps):
+        missing = sorted(step.reads - known)
+        if missing:
+            before = ", ".join(type(s).__name__ for s in steps[:position]) or "nothing"
+            raise ChainOrderError(
+                f"{type(step).__name__} reads {', '.join(missing)}, which no step before it "
+                f"sets (before it: {before})"
+            )
+        known |= step.sets
 
 
 class ControlFeed(Protocol):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pipeline.steps.base import Batch
+from pipeline.steps.base import Batch, Fields
 from pipeline.storage.cache import TwoLevelCache
 
 
@@ -15,6 +15,9 @@ class CacheLookup:
     Raises: nothing: a failing or corrupt L2 is a miss (counted by the cache),
     never a failed request.
     """
+
+    reads: ClassVar[Fields] = frozenset({"digest"})
+    sets: ClassVar[Fields] = frozenset({"translation", "cache"})
 
     in_canary: ClassVar[bool] = False  # a canary must reach the engine, not a cached copy
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline.contract.messages import CancelRequest, TranslationRequest
 from pipeline.contract.pairs import CANCEL_TOPIC
-from pipeline.steps.base import Batch, wait_until_read
+from pipeline.steps.base import Batch, Fields, wait_until_read
 
 
 class CancelLookup(Protocol):
@@ -29,6 +29,9 @@ class Cancel:
     published before a restart must not be missed. Raises:
     :class:`TransientError` when it is still not read by then (the runner retries).
     """
+
+    reads: ClassVar[Fields] = frozenset({"request"})
+    sets: ClassVar[Fields] = frozenset({"result"})
 
     def __init__(self, cancels: CancelLookup, ready_wait_s: float) -> None:
         self._cancels = cancels

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.steps.base import Batch
+from typing import ClassVar
+
+from pipeline.steps.base import Batch, Fields
 
 
 class Deadline:
@@ -11,6 +13,9 @@ class Deadline:
     Reads: ``request.submitted_at + timeout_ms`` (or the default). Resolves:
     ``timeout`` results. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"request"})
+    sets: ClassVar[Fields] = frozenset({"result"})
 
     def __init__(self, default_timeout_ms: int) -> None:
         self._default_timeout_ms = default_timeout_ms

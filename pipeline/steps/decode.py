@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from pipeline.contract.codec import Accepted, RecordRef, dead_letter, decode_request
 from pipeline.contract.digest import request_digest
 from pipeline.contract.pairs import Pair
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch
+from pipeline.steps.base import Batch, Fields
 
 
 class Decode:
@@ -19,6 +20,9 @@ class Decode:
     request for a pair the topic's model does not serve (someone bypassed the
     router). Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"record"})
+    sets: ClassVar[Fields] = frozenset({"request", "digest", "dead_letter"})
 
     def __init__(self, limits: LimitSettings, serves: Callable[[Pair], bool]) -> None:
         """``serves``: whether this agent's model translates a pair."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.steps.base import Batch, Item
+from typing import ClassVar
+
+from pipeline.steps.base import Batch, Fields, Item
 
 
 class InBatchDedup:
@@ -12,6 +14,9 @@ class InBatchDedup:
     window, cache and engine, and each copy is answered with its leader's
     translation (cache level ``window``). Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"digest"})
+    sets: ClassVar[Fields] = frozenset({"leader"})
 
     async def __call__(self, batch: Batch) -> None:
         leaders: dict[str, Item] = {}

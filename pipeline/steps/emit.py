@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pipeline.contract.messages import Headers
 from pipeline.contract.pairs import DLQ_TOPIC
 from pipeline.kafka.records import Outgoing
 from pipeline.observability.tracing import inject_headers
-from pipeline.steps.base import Batch, Item
+from pipeline.steps.base import Batch, Fields, Item
 
 
 class Emit:
@@ -17,6 +19,9 @@ class Emit:
     original key; a request set apart by the runner has both). Sets:
     ``batch.outgoing``. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"result"})
+    sets: ClassVar[Fields] = frozenset({"outgoing"})
 
     async def __call__(self, batch: Batch) -> None:
         for item in batch.items:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from pipeline.contract.pairs import Pair
 from pipeline.engine.translator import Translation
@@ -15,7 +16,7 @@ from pipeline.fidelity.drive import VocabularyAware, drive
 from pipeline.fidelity.glossary_store import GlossaryUnavailable
 from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
-from pipeline.steps.base import Batch, BatchStats, Item, TransientError
+from pipeline.steps.base import Batch, BatchStats, Fields, Item, TransientError
 from pipeline.steps.in_flight import InFlightTexts
 from pipeline.steps.translate import EngineRejected, EngineRunner
 from pipeline.storage.cache import CachedTranslation
@@ -31,6 +32,9 @@ class ApplyGlossary:
     Raises: :class:`TransientError` when Redis cannot be read and the worker
     holds no copy of the glossary.
     """
+
+    reads: ClassVar[Fields] = frozenset({"request"})
+    sets: ClassVar[Fields] = frozenset({"glossary", "digest"})
 
     def __init__(self, service: FidelityService) -> None:
         self._service = service
@@ -63,6 +67,9 @@ class TranslateFaithfully:
     the batch go through the :class:`EngineRunner` together (token budgets,
     narrowing to the poison input, canary); retries are rounds of their own.
     """
+
+    reads: ClassVar[Fields] = frozenset({"request", "glossary", "leader"})
+    sets: ClassVar[Fields] = frozenset({"translation", "error"})
 
     def __init__(self, runner: EngineRunner, service: FidelityService, recent: int) -> None:
         """``recent``: settled translations kept for later batches (``InFlightTexts``)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.steps.base import Batch
+from typing import ClassVar
+
+from pipeline.steps.base import Batch, Fields
 
 
 class HandOff:
@@ -14,6 +16,9 @@ class HandOff:
     nothing on the items; raises nothing. A batch retried after the hand-off
     runs the engine again, beside the next one (the engine gate orders the calls).
     """
+
+    reads: ClassVar[Fields] = frozenset()
+    sets: ClassVar[Fields] = frozenset()
 
     async def __call__(self, batch: Batch) -> None:
         batch.cues.hand_off()

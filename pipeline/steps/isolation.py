@@ -45,7 +45,14 @@ from pipeline.contract.pairs import QUARANTINE_TOPIC, Pair
 from pipeline.kafka.records import Outgoing, Record
 from pipeline.observability import metrics
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, Step, TransientError, runs_in_canary
+from pipeline.steps.base import (
+    GIVEN,
+    Batch,
+    Step,
+    TransientError,
+    check_order,
+    runs_in_canary,
+)
 from pipeline.steps.publish import Producer
 from pipeline.steps.quarantine import QuarantineLookup
 from pipeline.steps.trace import abandon_spans
@@ -72,10 +79,16 @@ class Chain:
     """
 
     def __init__(self, decide: Sequence[Step], publish: Sequence[Step]) -> None:
+        """Raises ChainOrderError for a step before the steps that set what it reads."""
         self.decide = tuple(decide)
         self.publish = tuple(publish)
         self.steps = (*self.decide, *self.publish)
         self.canary_steps = tuple(step for step in self.steps if runs_in_canary(step))
+        check_order(self.steps)
+        check_order(self.canary_steps)
+        # isolation ends a request through publish alone: its result or dead letter set,
+        # and the span its failed attempt opened
+        check_order(self.publish, GIVEN | {"result", "dead_letter", "span"})
 
 
 class IsolationCounts(Protocol):

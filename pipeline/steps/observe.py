@@ -6,7 +6,7 @@ import time
 from typing import ClassVar, Protocol
 
 from pipeline.observability import metrics
-from pipeline.steps.base import Batch, BatchStats
+from pipeline.steps.base import Batch, BatchStats, Fields
 
 
 class StatsSink(Protocol):
@@ -22,6 +22,9 @@ class Observe:
 
     Reads: results, outgoing kinds and stats. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"outgoing"})
+    sets: ClassVar[Fields] = frozenset()
 
     in_canary: ClassVar[bool] = False  # a canary is not counted
 

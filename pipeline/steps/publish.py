@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from pipeline.kafka.records import Outgoing
-from pipeline.steps.base import Batch
+from pipeline.steps.base import Batch, Fields
 
 
 class Producer(Protocol):
@@ -24,6 +24,9 @@ class Publish:
 
     Raises: :class:`~pipeline.steps.base.TransientError` (delivery failed).
     """
+
+    reads: ClassVar[Fields] = frozenset({"outgoing"})
+    sets: ClassVar[Fields] = frozenset()
 
     in_canary: ClassVar[bool] = False  # a canary is never published
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from pipeline.contract.codec import Accepted, RecordRef, dead_letter, decode_request
 from pipeline.contract.messages import QuarantineRecord, record_id
 from pipeline.contract.pairs import QUARANTINE_TOPIC
 from pipeline.settings import LimitSettings
-from pipeline.steps.base import Batch, wait_until_read
+from pipeline.steps.base import Batch, Fields, wait_until_read
 
 
 class QuarantineLookup(Protocol):
@@ -33,6 +33,9 @@ class Quarantine:
     where it stood at start. Raises: :class:`TransientError` when it is still
     not read by then (the runner retries).
     """
+
+    reads: ClassVar[Fields] = frozenset({"record"})
+    sets: ClassVar[Fields] = frozenset({"dead_letter", "result"})
 
     def __init__(
         self, registry: QuarantineLookup, limits: LimitSettings, ready_wait_s: float

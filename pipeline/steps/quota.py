@@ -8,7 +8,7 @@ from typing import ClassVar, Protocol
 from pipeline.contract.messages import tenant_label
 from pipeline.control.quotas import QuotaDecision
 from pipeline.observability import metrics
-from pipeline.steps.base import Batch, Item
+from pipeline.steps.base import Batch, Fields, Item
 
 
 class Quotas(Protocol):
@@ -30,6 +30,9 @@ class QuotaCheck:
     charged once however often it is checked (a retried batch, a redelivery).
     Raises: nothing (the counters' Redis down: requests are admitted, counted).
     """
+
+    reads: ClassVar[Fields] = frozenset({"request"})
+    sets: ClassVar[Fields] = frozenset({"result"})
 
     in_canary: ClassVar[bool] = False  # a canary charges no tenant
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 from pipeline.kafka.records import Outgoing
 from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.observability import metrics
-from pipeline.steps.base import Batch
+from pipeline.steps.base import Batch, Fields
 from pipeline.steps.publish import Producer
 
 log = logging.getLogger(__name__)
@@ -26,6 +26,9 @@ class ReplyCopies:
     (``babelstream_reply_copies_total{outcome}``), never retried, and never
     holds back the batch's commit. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"outgoing"})
+    sets: ClassVar[Fields] = frozenset()
 
     in_canary: ClassVar[bool] = False  # a canary is never published
 

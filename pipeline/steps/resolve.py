@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pipeline.steps.base import Batch
+from typing import ClassVar
+
+from pipeline.steps.base import Batch, Fields
 
 
 class Resolve:
@@ -12,6 +14,9 @@ class Resolve:
     leader's outcome (cache level ``window``: answered by in-batch dedup).
     Resolves: ``ok`` and ``error`` results. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"translation"})
+    sets: ClassVar[Fields] = frozenset({"result"})
 
     async def __call__(self, batch: Batch) -> None:
         for item in batch.pending():

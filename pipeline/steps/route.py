@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import ClassVar
 
 from opentelemetry import trace
 
 from pipeline.contract.codec import RecordRef
 from pipeline.observability.tracing import SPAN_ROUTE, inject_headers, start_consumer_span
 from pipeline.routing import Router
-from pipeline.steps.base import Batch
+from pipeline.steps.base import Batch, Fields
 
 
 class Route:
@@ -21,6 +22,9 @@ class Route:
     pair no model serves. Each carries a ``route`` span's trace context.
     Raises: nothing: bad input is a dead letter.
     """
+
+    reads: ClassVar[Fields] = frozenset({"record"})
+    sets: ClassVar[Fields] = frozenset({"outgoing"})
 
     def __init__(self, router: Router) -> None:
         self._router = router

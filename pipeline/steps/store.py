@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pipeline.steps.base import Batch, TransientError
+from pipeline.steps.base import Batch, Fields, TransientError
 from pipeline.steps.window import DedupWindow
 from pipeline.storage.cache import CachedTranslation, TwoLevelCache
 
@@ -18,6 +18,9 @@ class Store:
     :class:`TransientError` when the window cannot be written; cache failures
     only degrade the cache.
     """
+
+    reads: ClassVar[Fields] = frozenset({"translation", "leader"})
+    sets: ClassVar[Fields] = frozenset()
 
     in_canary: ClassVar[bool] = False  # a canary writes no cache or window
 

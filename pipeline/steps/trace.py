@@ -21,7 +21,7 @@ from pipeline.observability.tracing import (
     span_context_of,
     tracer,
 )
-from pipeline.steps.base import Batch, Item
+from pipeline.steps.base import Batch, Fields, Item
 
 
 class OpenSpans:
@@ -29,6 +29,9 @@ class OpenSpans:
 
     Reads: record headers. Sets: ``batch.span``, ``item.span``. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"record"})
+    sets: ClassVar[Fields] = frozenset({"span"})
 
     in_canary: ClassVar[bool] = False  # a canary leaves no trace
 
@@ -70,6 +73,9 @@ class CloseSpans:
 
     Reads: results and stats. Raises: nothing.
     """
+
+    reads: ClassVar[Fields] = frozenset({"result", "span"})
+    sets: ClassVar[Fields] = frozenset()
 
     in_canary: ClassVar[bool] = False  # a canary leaves no trace
 

@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pipeline.contract.pairs import Pair
 from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
@@ -30,7 +30,7 @@ from pipeline.engine.overlap import EngineLane, staged
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import AlignedTranslation, Translation, Translator
 from pipeline.observability import metrics
-from pipeline.steps.base import Batch, BatchStats, Item, TransientError
+from pipeline.steps.base import Batch, BatchStats, Fields, Item, TransientError
 from pipeline.steps.in_flight import InFlightTexts
 from pipeline.storage.cache import CachedTranslation
 
@@ -285,6 +285,9 @@ class Translate:
     ``engine_rejected``. Raises: :class:`TransientError` when the engine as a
     whole fails.
     """
+
+    reads: ClassVar[Fields] = frozenset({"request", "digest", "leader"})
+    sets: ClassVar[Fields] = frozenset({"translation", "error"})
 
     def __init__(self, runner: EngineRunner, recent: int) -> None:
         """``recent``: settled translations kept for later batches (:class:`InFlightTexts`)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Protocol
 
-from pipeline.steps.base import Batch, Item, TransientError
+from pipeline.steps.base import Batch, Fields, Item, TransientError
 from pipeline.storage.cache import CachedTranslation
 
 
@@ -26,6 +26,9 @@ class WindowLookup:
     Reads: ``digest``. Sets: ``translation`` and ``cache="window"``.
     Raises: :class:`TransientError` (table unavailable).
     """
+
+    reads: ClassVar[Fields] = frozenset({"digest"})
+    sets: ClassVar[Fields] = frozenset({"translation", "cache"})
 
     in_canary: ClassVar[bool] = False  # the table is read through the consumed event of each item
 
