@@ -565,6 +565,7 @@ def _add_misc_routes(
         "/babelstream/gateway",
         tags=["misc"],
         summary="This gateway process: Kafka, reply topic, counters (extension)",
+        responses=_errors(403, 503),
         openapi_extra=EXTENSION,
     )
     async def gateway_status(api_key: str | None = None) -> dict[str, Any]:
