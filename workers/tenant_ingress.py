@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from dataclasses import replace
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord, TopicPartition
+from opentelemetry import trace
 
 from pipeline.contract.codec import RecordRef
 from pipeline.contract.pairs import TENANT_INGRESS_PREFIX, ingress_tenant
@@ -26,6 +28,7 @@ from pipeline.kafka.clients import aiokafka_options
 from pipeline.kafka.records import Outgoing
 from pipeline.kafka.reply_topics import ReplyTopicCheck
 from pipeline.observability import metrics
+from pipeline.observability.tracing import SPAN_ADMIT, inject_headers, start_consumer_span
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,19 +46,26 @@ class TenantIngressGate:
         self._group = f"{app_id}-tenant-ingress"
         self._admission = TenantAdmission(settings.replies.prefix, worker)
         self._reply_topics = reply_topics
+        # whether the current connection has committed a fetch (run's pause starts over)
+        self._committed = False
 
     async def run(self) -> None:
-        """Gate records until cancelled; a broker that goes away is reconnected to."""
-        pause_s = self._settings.worker.retry_initial_s
+        """Gate records until cancelled; a broker that goes away is reconnected to, after
+        pauses that grow while it fails without gating anything in between."""
+        worker = self._settings.worker
+        pause_s = worker.retry_initial_s
         while True:
+            self._committed = False
             try:
                 await self._gate()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self._committed:  # it worked for a while: a new fault, not the same one
+                    pause_s = worker.retry_initial_s
                 log.warning("tenant ingress interrupted (%s); again in %.1fs", exc, pause_s)
                 await asyncio.sleep(pause_s)
-                pause_s = min(2 * pause_s, self._settings.worker.retry_max_s)
+                pause_s = min(2 * pause_s, worker.retry_max_s)
 
     async def _gate(self) -> None:
         kafka, tenants = self._settings.kafka, self._settings.tenants
@@ -82,6 +92,7 @@ class TenantIngressGate:
                     if fetched:
                         await self._forward(producer, fetched)
                         await consumer.commit()
+                        self._committed = True
             finally:
                 await producer.stop()
         finally:
@@ -95,10 +106,7 @@ class TenantIngressGate:
         outgoing: list[Outgoing] = []
         for records in fetched.values():
             for record in records:
-                ref = RecordRef(record.topic, record.partition, record.offset)
-                outs = self._admission.admit(record.key, record.value, ref, list(record.headers))
-                metrics.record_tenant_ingress(ingress_tenant(ref.topic) or "", outs[0].kind)
-                outgoing.extend(outs)
+                outgoing.extend(self._admit(record))
         copies = await self._copies(outgoing)
         sent = [
             await producer.send(o.topic, o.value, key=o.key, headers=list(o.headers))
@@ -106,13 +114,33 @@ class TenantIngressGate:
         ]
         await asyncio.gather(*sent)
 
+    def _admit(self, record: ConsumerRecord[bytes, bytes]) -> list[Outgoing]:
+        """What one record becomes, its trace going on through an ``admit`` span."""
+        ref = RecordRef(record.topic, record.partition, record.offset)
+        span = start_consumer_span(
+            SPAN_ADMIT,
+            record.headers,
+            {
+                "messaging.system": "kafka",
+                "messaging.source.name": ref.topic,
+                "messaging.kafka.source.partition": ref.partition,
+                "messaging.kafka.message.offset": ref.offset,
+            },
+        )
+        with trace.use_span(span, end_on_exit=True):
+            outs = self._admission.admit(record.key, record.value, ref, list(record.headers))
+            span.set_attribute("babelstream.admission", outs[0].kind)
+        metrics.record_tenant_ingress(ingress_tenant(ref.topic) or "", outs[0].kind)
+        return [replace(o, headers=inject_headers(o.headers, span)) for o in outs]
+
     async def _copies(self, outgoing: list[Outgoing]) -> list[Outgoing]:
         """A refusal's result, copied to the tenant's reply topic if it exists (producing to
         a missing one would wait for metadata until a timeout)."""
-        wanted = {o.reply_to for o in outgoing if o.reply_to}
-        existing = await self._reply_topics.existing({t for t in wanted if t})
+        existing = await self._reply_topics.existing(
+            {o.reply_to for o in outgoing if o.reply_to is not None}
+        )
         return [
             Outgoing(o.reply_to, o.key, o.value, o.headers, o.kind)
             for o in outgoing
-            if o.reply_to in existing and o.reply_to is not None
+            if o.reply_to is not None and o.reply_to in existing
         ]

@@ -55,6 +55,8 @@ TRACE_HEADERS = ("traceparent", "tracestate")
 # Span names (one place, like the metric names in pipeline.observability.metrics).
 SPAN_SUBMIT = "submit"
 SPAN_ROUTE = "route"
+# a tenant's own ingress onto the shared one (workers/tenant_ingress.py)
+SPAN_ADMIT = "admit"
 SPAN_BATCH = "batch"
 SPAN_TRANSLATE = "translate"
 

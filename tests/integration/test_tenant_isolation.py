@@ -119,10 +119,12 @@ def producer(kafka: KafkaSettings) -> KafkaProducer:
     )
 
 
-def produce(kafka: KafkaSettings, topic: str, value: bytes) -> None:
+def produce(
+    kafka: KafkaSettings, topic: str, value: bytes, headers: list[tuple[str, bytes]] | None = None
+) -> None:
     sender = producer(kafka)
     try:
-        sender.send(topic, value).get(timeout=REFUSAL_S)
+        sender.send(topic, value, headers=headers or []).get(timeout=REFUSAL_S)
     finally:
         sender.close()
 
@@ -177,8 +179,11 @@ def test_a_tenants_request_is_served_as_its_tenant_on_its_own_reply_topic(
 ) -> None:
     reply_topic = default_reply_topic(operator.replies.prefix, "acme")
     shared = TopicTail(operator.kafka, RESULTS_TOPIC)
+    ingress = TopicTail(operator.kafka, REQUESTS_TOPIC)
     request_id, value = request("Hello, tenant.")
-    produce(tenants["acme"], tenant_ingress_topic("acme"), value)
+    trace_id, parent = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    traceparent = f"00-{trace_id}-{parent}-01".encode()
+    produce(tenants["acme"], tenant_ingress_topic("acme"), value, [("traceparent", traceparent)])
 
     def served(kafka: KafkaSettings) -> list[TranslationResult]:
         deadline = time.monotonic() + 120
@@ -196,6 +201,14 @@ def test_a_tenants_request_is_served_as_its_tenant_on_its_own_reply_topic(
         shared.read_until(lambda rs: bool(results_of(rs, request_id))), request_id
     )
     assert [r.tenant for r in shared_copy] == ["acme"]  # the SLA job sees it as acme's
+    # the trace goes on through the gate: same trace, the gate's admit span as parent
+    (forwarded,) = [
+        r
+        for r in ingress.read_until(lambda rs: any(request_id.encode() in r.value for r in rs))
+        if request_id.encode() in r.value
+    ]
+    _, sent_trace, sent_parent, _ = dict(forwarded.headers)["traceparent"].decode().split("-")
+    assert sent_trace == trace_id and sent_parent != parent
 
 
 def test_a_request_naming_another_tenant_is_a_dead_letter_and_reaches_no_one_else(
@@ -280,6 +293,17 @@ def test_a_removed_tenant_is_refused_from_its_next_request(
     # and its user is gone: a new connection is not let in
     with pytest.raises(KafkaRefused, match="refused the SASL login of user 'tenant-initech'"):
         produce(initech, tenant_ingress_topic("initech"), request("Again.")[1])
+
+
+def test_adding_a_tenant_again_gives_it_a_new_password(operator: Settings) -> None:
+    first = as_tenant(operator, "umbrella")
+    produce(first, tenant_ingress_topic("umbrella"), request("With the first password.")[1])
+    second = as_tenant(operator, "umbrella")
+    assert second.sasl_password != first.sasl_password
+    produce(second, tenant_ingress_topic("umbrella"), request("With the second.")[1])
+    with pytest.raises(KafkaRefused, match="refused the SASL login of user 'tenant-umbrella'"):
+        produce(first, tenant_ingress_topic("umbrella"), request("With the first again.")[1])
+    remove_tenant(operator.kafka, "umbrella")
 
 
 def test_tenants_need_a_secured_cluster(stack: Endpoints) -> None:

@@ -24,7 +24,8 @@ def tenants() -> None:
 @click.pass_obj
 def add(settings: Settings, tenant: str, gateway_key: bool, as_json: bool) -> None:
     """Make TENANT's Kafka user, its ACLs and its topics, and print its credentials (only
-    now: the brokers keep a salted hash of the password)."""
+    now: the brokers keep a salted hash of the password). Run again for an existing
+    tenant, it gives the user a new password (the old one stops working)."""
     from pipeline.contract.pairs import default_reply_topic, tenant_ingress_topic
     from pipeline.errors import ContractError
     from pipeline.kafka.reachability import require_kafka
