@@ -174,6 +174,18 @@ def results_of(records: list[Any], request_id: str) -> list[TranslationResult]:
     return [r for r in found if r.request_id == request_id]
 
 
+def replies_to(
+    kafka: KafkaSettings, topic: str, request_id: str, timeout_s: float = 120.0
+) -> list[TranslationResult]:
+    """The results of ``request_id`` on ``topic``, read as ``kafka``'s user, once there are any
+    (none after ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := results_of(read_all(kafka, topic), request_id):
+            return found
+    return []
+
+
 def test_a_tenants_request_is_served_as_its_tenant_on_its_own_reply_topic(
     operator: Settings, tenants: dict[str, KafkaSettings]
 ) -> None:
@@ -185,14 +197,8 @@ def test_a_tenants_request_is_served_as_its_tenant_on_its_own_reply_topic(
     traceparent = f"00-{trace_id}-{parent}-01".encode()
     produce(tenants["acme"], tenant_ingress_topic("acme"), value, [("traceparent", traceparent)])
 
-    def served(kafka: KafkaSettings) -> list[TranslationResult]:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if found := results_of(read_all(kafka, reply_topic), request_id):
-                return found
-        return []
-
-    (result,) = served(tenants["acme"])  # the tenant reads it with its own user
+    # the tenant reads it with its own user
+    (result,) = replies_to(tenants["acme"], reply_topic, request_id)
     _, allowed = described(tenants["acme"], reply_topic)
     assert sorted(allowed or []) == ["CREATE", "DELETE", "DESCRIBE", "READ"]
     assert (result.status, result.tenant) == ("ok", "acme"), result
@@ -229,9 +235,7 @@ def test_a_request_naming_another_tenant_is_a_dead_letter_and_reaches_no_one_els
     assert letter.reason == "tenant_mismatch" and letter.source_topic == "translate.ingress.acme"
     # acme hears why on its own reply topic, as acme
     own = default_reply_topic(operator.replies.prefix, "acme")
-    deadline, told = time.monotonic() + 60, list[TranslationResult]()
-    while not told and time.monotonic() < deadline:
-        told = results_of(read_all(tenants["acme"], own), request_id)
+    told = replies_to(tenants["acme"], own, request_id, timeout_s=60)
     assert [(r.status, r.reason, r.tenant) for r in told] == [("error", "tenant_mismatch", "acme")]
     assert results_of(theirs.drain(), request_id) == []  # nothing of it reached globex
 
