@@ -792,6 +792,11 @@ class GatewaySettings(_Section):
     require_api_key: bool = False
     # the tenant of calls without an API key
     anonymous_tenant: str = Field("anonymous", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    # the anonymous tenant's quota, characters per tenants.quota_window_s shared by every
+    # caller without a key (tenants.quota_chars naming that tenant overrides it); None:
+    # unlimited. Anonymous callers are one tenant in fair share, so they cannot crowd
+    # out keyed tenants, and this bounds how much work they queue at all
+    anonymous_quota_chars: int | None = Field(100_000, ge=1)
     # shown in the missing-key error ("Visit <link> to get an API key")
     get_api_key_link: str | None = None
     # how long a call waits for its translations before a 504 with its request id
@@ -800,6 +805,10 @@ class GatewaySettings(_Section):
     wait_timeout_ms: int = Field(30_000, ge=100, le=3_600_000)
     # the pipeline deadline of a request (its timeout_ms): at least the call's wait
     request_timeout_ms: int = Field(60_000, ge=100, le=3_600_000)
+    # the characters per second one call is at least translated at (`bench engine` gives
+    # the engine's rate; leave room for queueing): a call whose characters would take longer
+    # than its wait is refused up front (400), and char_limit must fit in wait_timeout_ms
+    min_chars_per_s: float = Field(1000.0, gt=0)
     # how often a background probe checks the brokers' TCP port (and how long it waits for
     # a connection); a failed probe answers every call 503 at once, those waiting for
     # acknowledgements too, until a probe succeeds
@@ -854,6 +863,23 @@ class GatewaySettings(_Section):
     # the gateway's Redis calls (keys, kept results): under a burst of calls its event
     # loop is busy, so the worker's cache timeout (redis.socket_timeout_s) is too short
     redis_timeout_s: float = Field(5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _limits_fit_the_wait(self) -> GatewaySettings:
+        # the documented limits and the deadline agree: a call at char_limit can be answered
+        # within the default wait
+        needed_ms = self.work_ms(self.char_limit)
+        if needed_ms > self.wait_timeout_ms:
+            raise ValueError(
+                f"char_limit ({self.char_limit}) at min_chars_per_s ({self.min_chars_per_s:g}) "
+                f"needs {needed_ms:.0f} ms, more than wait_timeout_ms ({self.wait_timeout_ms}): "
+                "lower char_limit or raise wait_timeout_ms"
+            )
+        return self
+
+    def work_ms(self, chars: int) -> float:
+        """How long translating ``chars`` characters of one call may take, at the least rate."""
+        return 1000 * chars / self.min_chars_per_s
 
 
 class ModelImportSettings(_Section):

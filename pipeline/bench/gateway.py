@@ -6,6 +6,10 @@
   answer); latency is what the client saw, send to answer.
 * the Kafka path is :func:`pipeline.bench.e2e.measure_e2e` on the same kind
   of workload (a fresh tenant too).
+* beside a heavy caller: the same paced calls while one anonymous caller
+  sends calls at the gateway's limits (``char_limit`` characters in up to
+  ``batch_limit`` texts) one after another; fair share must keep the small
+  callers' latency near what it is alone.
 
 Both report the worker's engine batch sizes over the run (the mean must be
 far above 1: calls meet in engine batches), the cores the worker's engine
@@ -41,21 +45,59 @@ LOAD_DEADLINE_MS = 600_000
 
 @dataclass(frozen=True, slots=True)
 class HttpRun:
-    """What the clients saw: one latency (ms) and status per call, and the run's wall time."""
+    """What the clients saw: one latency (ms) and status per call, and the run's wall time;
+    ``heavy_statuses``: the heavy caller's calls, by status."""
 
     latencies_ms: list[float]
     statuses: list[int]
     wall_s: float
+    heavy_statuses: dict[str, int]
+
+
+def heavy_calls(texts: Sequence[str], char_limit: int, batch_limit: int) -> list[list[str]]:
+    """``texts`` packed in order into calls at the limits: each call as many texts as fit in
+    ``char_limit`` characters, at most ``batch_limit`` (a longer text is left out)."""
+    calls: list[list[str]] = []
+    current: list[str] = []
+    chars = 0
+    for text in texts:
+        if len(text) > char_limit:
+            continue
+        if current and (chars + len(text) > char_limit or len(current) == batch_limit):
+            calls.append(current)
+            current, chars = [], 0
+        current.append(text)
+        chars += len(text)
+    if current:
+        calls.append(current)
+    return calls
 
 
 async def _load(
-    url: str, bodies: Sequence[dict[str, Any]], clients: int, rate: float | None
+    url: str,
+    bodies: Sequence[dict[str, Any]],
+    clients: int,
+    rate: float | None,
+    heavy: Sequence[dict[str, Any]] = (),
 ) -> HttpRun:
     latencies: list[float] = [0.0] * len(bodies)
     statuses: list[int] = [0] * len(bodies)
+    heavy_statuses: Counter[int] = Counter()
     timeout = aiohttp.ClientTimeout(total=600)
-    connector = aiohttp.TCPConnector(limit=clients)
+    # the heavy caller has a connection of its own
+    connector = aiohttp.TCPConnector(limit=clients + 1)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        load_done = asyncio.Event()
+
+        async def heavy_caller() -> None:
+            for body in heavy:  # one call after another, until the small calls are answered
+                if load_done.is_set():
+                    return
+                async with session.post(f"{url}/translate", json=body) as answer:
+                    await answer.read()
+                    heavy_statuses[answer.status] += 1
+
+        heavy_task = asyncio.create_task(heavy_caller())
 
         async def call(i: int) -> None:
             began = time.perf_counter()
@@ -79,7 +121,15 @@ async def _load(
                 await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
                 tasks.append(asyncio.create_task(call(i)))
             await asyncio.gather(*tasks)
-        return HttpRun(latencies, statuses, time.perf_counter() - started)
+        wall_s = time.perf_counter() - started
+        load_done.set()
+        await heavy_task
+        return HttpRun(
+            latencies,
+            statuses,
+            wall_s,
+            {str(k): v for k, v in sorted(heavy_statuses.items())},
+        )
 
 
 def fresh_key(settings: Settings) -> str:
@@ -102,8 +152,10 @@ def measure_http(
     texts: Sequence[str],
     clients: int,
     rate: float | None = None,
-) -> tuple[LoadFigures, float]:
-    """Single-text calls through the gateway; (figures, the gateway's cores over the run)."""
+    heavy: Sequence[Sequence[str]] = (),
+) -> tuple[LoadFigures, float, dict[str, int]]:
+    """Single-text calls through the gateway, beside ``heavy``'s calls sent without a key;
+    (figures, the gateway's cores over the run, the heavy calls by status)."""
     if settings.tenants.fair_share and worker.last_request_at is not None:
         time.sleep(max(0.0, worker.last_request_at + settings.tenants.active_s - time.monotonic()))
     assert worker.pid is not None and gateway.pid is not None
@@ -120,11 +172,14 @@ def measure_http(
         }
         for text in texts
     ]
+    heavy_bodies = [
+        {"q": list(call), "source": pair.source, "target": pair.target} for call in heavy
+    ]
     before = worker.stats()
     gateway_process = psutil.Process(gateway.pid)
     gateway_cpu = sum(gateway_process.cpu_times()[:2])
     with measured_cpu(worker.pid, loop_thread=True) as meter:
-        run = asyncio.run(_load(gateway.url, bodies, clients, rate))
+        run = asyncio.run(_load(gateway.url, bodies, clients, rate, heavy_bodies))
     gateway_cores = (sum(gateway_process.cpu_times()[:2]) - gateway_cpu) / run.wall_s
     worker.last_request_at = time.monotonic()
     delta = stats_delta(before, worker.stats())
@@ -147,7 +202,7 @@ def measure_http(
         offered_rps=rate,
         cpu=meter.use,
     )
-    return figures, round(gateway_cores, 3)
+    return figures, round(gateway_cores, 3), run.heavy_statuses
 
 
 def mean_batch(sizes: dict[str, int]) -> float | None:

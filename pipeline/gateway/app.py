@@ -176,16 +176,24 @@ class TranslateAnswer(BaseModel):
     alternatives: list[str] | list[list[str]] | None = None
 
 
+# what a call has of its translations so far: null where a text is not (yet) translated
+PartialTexts = str | None | list[str | None]
+
+
 class ErrorAnswer(BaseModel):
     error: str
     requestId: str | None = _ext("the call's request id (504)")
     resultUrl: str | None = _ext("where the result can be fetched (504)")
+    translatedText: PartialTexts = _ext(
+        "GET /translate/result: the texts that were translated (null: not)"
+    )
 
 
 class PendingAnswer(BaseModel):
     requestId: str
     status: Literal["pending"]
     pending: int
+    translatedText: PartialTexts = Field(description="The texts translated so far (null: not yet)")
 
 
 class DetectBody(BaseModel):

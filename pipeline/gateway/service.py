@@ -46,7 +46,7 @@ from pipeline.gateway.calls import (
 from pipeline.gateway.keys import KeyLookup
 from pipeline.gateway.languages import Languages
 from pipeline.gateway.link import KafkaLink, KafkaUnavailable, reply_topic_name
-from pipeline.settings import Settings
+from pipeline.settings import Settings, TenantSettings
 from pipeline.storage.redis_client import async_redis_client
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,17 @@ def api_key_message(link: str | None) -> str:
     return "Please contact the server operator to get an API key"
 
 
+def anonymous_quota(settings: Settings) -> TenantSettings:
+    """The tenants' settings with the anonymous tenant's quota (``gateway.anonymous_quota_chars``)
+    added, unless ``tenants.quota_chars`` names that tenant."""
+    tenants, gateway = settings.tenants, settings.gateway
+    anonymous = tenant_label(gateway.anonymous_tenant)
+    if gateway.anonymous_quota_chars is None or anonymous in tenants.quota_chars:
+        return tenants
+    quotas = {**tenants.quota_chars, anonymous: gateway.anonymous_quota_chars}
+    return tenants.model_copy(update={"quota_chars": quotas})
+
+
 @dataclass
 class CallStats:
     """Calls this process answered, by HTTP status."""
@@ -111,7 +122,8 @@ class Gateway:
             group_id=f"babelstream-gateway.{self.instance}.{process}",
             store=self.store,
         )
-        self._quota = QuotaLimiter(settings.tenants, settings.redis)
+        self.tenants = anonymous_quota(settings)
+        self._quota = QuotaLimiter(self.tenants, settings.redis)
         self.stats = CallStats()
 
     async def start(self) -> None:
@@ -194,6 +206,7 @@ class Gateway:
             f"{call_id}:{i}" if i in todo else None for i in range(len(known))
         ]
         requests = self._requests(call, tenant, sources, item_ids, call_id)
+        self._check_deadline(call, requests)
         await self._charge(tenant, requests)
         pending = PendingCall(
             item_ids,
@@ -256,10 +269,24 @@ class Gateway:
             if rid is not None
         ]
 
+    def _check_deadline(self, call: TranslateCall, requests: Sequence[TranslationRequest]) -> None:
+        """Refuse up front a call whose texts cannot be translated within its wait."""
+        gateway = self.settings.gateway
+        wait_ms = call.deadline_ms or gateway.wait_timeout_ms
+        chars = sum(len(r.text) for r in requests)
+        needed_ms = gateway.work_ms(chars)
+        if needed_ms > wait_ms:
+            raise ApiError(
+                400,
+                f"Invalid request: {chars} characters may take {needed_ms:.0f} ms to translate, "
+                f"more than the call's deadline ({wait_ms} ms); send fewer characters or a "
+                "longer deadline_ms",
+            )
+
     async def _charge(self, tenant: str, requests: Sequence[TranslationRequest]) -> None:
         """The tenant's quota, before anything is produced (429 with Retry-After when used up)."""
         label = tenant_label(tenant)
-        if self.settings.tenants.quota(label) is None:
+        if self.tenants.quota(label) is None:
             return
         costs = {label: [(r.request_id, len(r.text)) for r in requests]}
         decisions = (await asyncio.to_thread(self._quota.charge, costs))[label]
@@ -272,7 +299,7 @@ class Gateway:
             raise ApiError(
                 429,
                 f"Slowdown: {decision.quota} characters per "
-                f"{self.settings.tenants.quota_window_s:g} seconds",
+                f"{self.tenants.quota_window_s:g} seconds",
                 headers={"Retry-After": str(seconds)},
             )
 
@@ -347,10 +374,22 @@ class Gateway:
         ids = [rid for rid in pending.item_ids if rid is not None]
         found = await self._redis_call(self.store.results(ids))
         missing = [rid for rid in ids if rid not in found]
+        # what is translated so far, so a timed-out call's finished texts are not lost
+        done = [
+            known if rid is None else _translation(found.get(rid))
+            for known, rid in zip(pending.known, pending.item_ids, strict=True)
+        ]
+        partial = done if pending.as_list else done[0]
         if missing:
-            return 202, {"requestId": request_id, "status": "pending", "pending": len(missing)}
+            return 202, {
+                "requestId": request_id,
+                "status": "pending",
+                "pending": len(missing),
+                "translatedText": partial,
+            }
         problem = failure(list(found.values()))
         if problem is not None:
+            problem.extra["translatedText"] = partial
             raise problem
         call = TranslateCall(
             texts=[""] * len(pending.item_ids),
@@ -360,11 +399,8 @@ class Gateway:
             text_format=pending.text_format,  # type: ignore[arg-type]
             alternatives=pending.alternatives,
         )
-        translations = [
-            known if known is not None else (found[rid].translation or "" if rid else "")
-            for known, rid in zip(pending.known, pending.item_ids, strict=True)
-        ]
-        return 200, answer(call, translations, pending.detected)
+        # every result is here and ok: no None is left
+        return 200, answer(call, [text or "" for text in done], pending.detected)
 
     def status(self) -> Mapping[str, Any]:
         """``GET /babelstream/gateway``: this process, its link and its counters."""
@@ -384,3 +420,10 @@ class Gateway:
             "unavailable": link.stats.unavailable,
             "languages": list(self.languages.tags),
         }
+
+
+def _translation(result: TranslationResult | None) -> str | None:
+    """A result's translation; None while it has none or when it failed."""
+    if result is None or result.status != "ok":
+        return None
+    return result.translation or ""

@@ -333,27 +333,78 @@ def test_concurrent_single_text_calls_meet_in_engine_batches(
     assert max(sizes) > 1 and sum(sizes.values()) < len(texts), sizes
 
 
-def test_a_deadline_answers_504_and_the_result_is_fetched_later(gateway: GatewayProcess) -> None:
-    # 25 texts: within the call's 2,000 characters, far more than 100 ms of work
-    texts = [
-        f"Sentence {n} is long enough to keep the model busy for a while, surely."
-        for n in range(25)
-    ]
-    answer = post(
-        gateway,
-        "/translate",
-        json={"q": texts, "source": "en", "target": "en-XA", "deadline_ms": 100},
-    )
-    assert answer.status_code == 504
-    body = answer.json()
-    url = f"{gateway.url}{body['resultUrl']}"
-    assert body["requestId"] in url
+def test_a_deadline_answers_504_and_what_is_done_is_fetched_later(
+    gateway: GatewayProcess, worker: WorkerProcess
+) -> None:
+    # "" needs no translation and is answered at once; the other text waits for the worker
+    texts = ["", f"Held while the worker is paused {uuid.uuid4().hex[:6]}."]
+    with worker.paused():
+        answer = post(
+            gateway,
+            "/translate",
+            json={"q": texts, "source": "en", "target": "en-XA", "deadline_ms": 500},
+        )
+        assert answer.status_code == 504, answer.text
+        body = answer.json()
+        url = f"{gateway.url}{body['resultUrl']}"
+        assert body["requestId"] in url
+        pending = requests.get(url, timeout=10)
+        assert pending.status_code == 202
+        assert pending.json() == {
+            "requestId": body["requestId"],
+            "status": "pending",
+            "pending": 1,
+            "translatedText": ["", None],
+        }
     deadline = time.monotonic() + 60
     while (fetched := requests.get(url, timeout=10)).status_code == 202:
         assert time.monotonic() < deadline
-        time.sleep(0.5)
+        time.sleep(0.2)
     assert fetched.status_code == 200
-    assert fetched.json()["translatedText"] == [to_pseudo(t) for t in texts]
+    assert fetched.json()["translatedText"] == ["", to_pseudo(texts[1])]
+
+
+def test_a_call_that_cannot_meet_its_deadline_is_refused_up_front(
+    gateway: GatewayProcess,
+) -> None:
+    produced = (gateway.status() or {})["produced"]
+    # 1,500 characters at the gateway's least rate (min_chars_per_s, 1,000) need 1.5 s
+    answer = post(
+        gateway,
+        "/translate",
+        json={"q": ["x" * 750, "y" * 750], "source": "en", "target": "en-XA", "deadline_ms": 200},
+    )
+    assert answer.status_code == 400
+    assert answer.json() == {
+        "error": "Invalid request: 1500 characters may take 1500 ms to translate, more than "
+        "the call's deadline (200 ms); send fewer characters or a longer deadline_ms"
+    }
+    assert (gateway.status() or {})["produced"] == produced  # nothing went to Kafka
+
+
+def test_anonymous_callers_share_one_quota(
+    settings: Settings, worker: WorkerProcess, files_dir: Path, keys: KeyStore
+) -> None:
+    env = {
+        **gateway_env(files_dir, f"test-anon-{uuid.uuid4().hex[:6]}"),
+        "BABELSTREAM_GATEWAY__ANONYMOUS_TENANT": f"anon-{uuid.uuid4().hex[:6]}",
+        "BABELSTREAM_GATEWAY__ANONYMOUS_QUOTA_CHARS": "50",
+    }
+    text = "Thirty characters of text. " + uuid.uuid4().hex[:3]
+    key, info = keys.add(f"keyed-{uuid.uuid4().hex[:6]}")
+    try:
+        with GatewayProcess(settings, log_path=LOGS / "test-gateway-anon.log", env=env) as g:
+            call = {"q": text, "source": "en", "target": "en-XA"}
+            first = post(g, "/translate", json=call)
+            assert (first.status_code, first.json()) == (200, {"translatedText": to_pseudo(text)})
+            second = post(g, "/translate", json=call)
+            assert second.status_code == 429 and int(second.headers["Retry-After"]) >= 1
+            assert second.json() == {"error": "Slowdown: 50 characters per 60 seconds"}
+            # a caller with a key is another tenant, with its own quota
+            keyed = post(g, "/translate", json={**call, "api_key": key})
+            assert keyed.status_code == 200, keyed.text
+    finally:
+        keys.revoke(info.id)
 
 
 def test_a_restart_loses_no_accepted_call(

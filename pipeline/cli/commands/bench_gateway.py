@@ -51,10 +51,11 @@ def gateway(
     low_seconds: float,
 ) -> None:
     """The gateway against the Kafka path, side by side on one worker: throughput (Kafka,
-    gateway, Kafka again), mean engine batch size, P50/P99 at low load, the gateway's CPU.
+    gateway, Kafka again), mean engine batch size, P50/P99 at low load, alone and beside one
+    anonymous caller sending calls at the gateway's limits, the gateway's CPU.
     """
     from pipeline.bench.e2e import measure_e2e
-    from pipeline.bench.gateway import mean_batch, measure_http
+    from pipeline.bench.gateway import heavy_calls, mean_batch, measure_http
     from pipeline.bench.report import ratio
     from pipeline.bench.target import bench_worker
     from pipeline.bench.workload import make_texts
@@ -71,7 +72,7 @@ def gateway(
     ):
         # A-B-A: the Kafka path before and after the gateway, on fresh texts each time
         runs["kafka"] = measure_e2e(ctx.settings, ctx.target, worker, make_texts(n, 0.0, seed=70))
-        runs["gateway"], gateway_cores = measure_http(
+        runs["gateway"], gateway_cores, _ = measure_http(
             ctx.settings, ctx.target, worker, gw, make_texts(n, 0.0, seed=71), clients
         )
         runs["kafka_after"] = measure_e2e(
@@ -83,8 +84,26 @@ def gateway(
         runs["kafka_low"] = measure_e2e(
             ctx.settings, ctx.target, worker, make_texts(count, 0.0, seed=73), rate
         )
-        runs["gateway_low"], gateway_low_cores = measure_http(
+        runs["gateway_low"], gateway_low_cores, _ = measure_http(
             ctx.settings, ctx.target, worker, gw, make_texts(count, 0.0, seed=74), clients, rate
+        )
+        limits = ctx.settings.gateway
+        # more calls than the phase can take: the heavy caller stops when the small calls end
+        heavy_n = max(4, 2 * round(low_seconds))
+        heavy = heavy_calls(
+            make_texts(heavy_n * limits.batch_limit, 0.0, seed=76),
+            limits.char_limit,
+            limits.batch_limit,
+        )[:heavy_n]
+        runs["gateway_low_heavy"], _, heavy_statuses = measure_http(
+            ctx.settings,
+            ctx.target,
+            worker,
+            gw,
+            make_texts(count, 0.0, seed=75),
+            clients,
+            rate,
+            heavy,
         )
     ratios = {
         "gateway_over_kafka": ratio(runs["gateway"].throughput_rps, kafka_rps),
@@ -99,14 +118,27 @@ def gateway(
         "p99_low_gateway_ms": runs["gateway_low"].p99_ms,
         "p50_low_kafka_ms": runs["kafka_low"].p50_ms,
         "p99_low_kafka_ms": runs["kafka_low"].p99_ms,
+        "p99_low_heavy_gateway_ms": runs["gateway_low_heavy"].p99_ms,
+        "p99_beside_heavy_over_alone": ratio(
+            runs["gateway_low_heavy"].p99_ms, runs["gateway_low"].p99_ms
+        ),
     }
     notes = [
         "gateway latency is the HTTP client's (send to answer); the Kafka path's is the "
         "result's latency_ms (submitted_at to completed_at at the worker)",
         "gateway_over_kafka holds the gateway's throughput against the mean of the Kafka "
         "runs before and after it",
+        "gateway_low_heavy is gateway_low's paced load (fresh texts) while one caller without "
+        "an API key sends calls of char_limit characters in up to batch_limit texts, one after "
+        "another; heavy_calls counts them by status (429: the anonymous quota); "
+        "p99_beside_heavy_over_alone should stay within 1.5",
     ]
-    extra = {"clients": clients, "low_load_rps": rate, "low_load_fraction": low_load}
+    extra = {
+        "clients": clients,
+        "low_load_rps": rate,
+        "low_load_fraction": low_load,
+        "heavy_calls": heavy_statuses,
+    }
     report = ctx.report("gateway", runs, ratios=ratios, notes=notes, extra=extra)
     if not as_json:
         click.echo(
@@ -114,7 +146,8 @@ def gateway(
             f"{ratios['mean_engine_batch_gateway']} (kafka {ratios['mean_engine_batch_kafka']})  "
             f"gateway CPU {gateway_cores} cores  low load P50/P99 gateway "
             f"{ratios['p50_low_gateway_ms']}/{ratios['p99_low_gateway_ms']} ms, kafka "
-            f"{ratios['p50_low_kafka_ms']}/{ratios['p99_low_kafka_ms']} ms",
+            f"{ratios['p50_low_kafka_ms']}/{ratios['p99_low_kafka_ms']} ms; P99 beside a "
+            f"heavy caller {ratios['p99_beside_heavy_over_alone']}x alone",
             err=True,
         )
     _emit(report, as_json)

@@ -12,7 +12,8 @@ from pipeline.gateway.call_store import PendingCall
 from pipeline.gateway.calls import ApiError, answer, failure, parse_translate
 from pipeline.gateway.languages import Languages, display_name
 from pipeline.gateway.link import Waiters
-from pipeline.settings import GatewaySettings
+from pipeline.gateway.service import anonymous_quota
+from pipeline.settings import GatewaySettings, Settings, TenantSettings
 
 LANGUAGES = Languages.of(
     [("en", "en-XA"), ("en-XA", "en"), ("en", "pt-BR"), ("en", "zh-Hans"), ("de", "en")]
@@ -195,3 +196,20 @@ def test_a_pending_call_round_trips() -> None:
         ["t/r:0", None], [None, "same"], True, [("en", 99.0), ("en-XA", 100.0)], 0, "html"
     )
     assert PendingCall.from_json(call.to_json()) == call
+
+
+def test_the_limits_must_fit_the_wait() -> None:
+    assert GatewaySettings().work_ms(5000) == 5000  # the defaults: 5,000 characters in 5 s
+    with pytest.raises(ValueError, match=r"char_limit \(5000\) at min_chars_per_s \(100\) needs"):
+        GatewaySettings(min_chars_per_s=100)  # 50 s of work against a 30 s wait
+    GatewaySettings(min_chars_per_s=100, wait_timeout_ms=50_000)
+
+
+def test_anonymous_callers_get_a_quota_unless_one_is_set_for_them() -> None:
+    settings = Settings()
+    assert anonymous_quota(settings).quota("anonymous") == 100_000
+    assert anonymous_quota(settings).quota("someone") is None  # keyed tenants: as configured
+    named = Settings(tenants=TenantSettings(quota_chars={"anonymous": 7}))
+    assert anonymous_quota(named).quota("anonymous") == 7
+    unlimited = Settings(gateway=GatewaySettings(anonymous_quota_chars=None))
+    assert anonymous_quota(unlimited).quota("anonymous") is None
