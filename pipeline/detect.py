@@ -50,7 +50,7 @@ UNKNOWN = Detection(None, 0.0)
 @functools.cache
 def pseudo_alphabets() -> dict[str, frozenset[str]]:
     """The pseudo-locales this project knows by their letters: en-XA (the demo model's)."""
-    from pipeline.demo_model.pseudo import char_map
+    from pipeline.pseudo_locale import char_map
 
     letters = char_map().values()
     return {"en-XA": frozenset(letters) | frozenset(c.upper() for c in letters)}

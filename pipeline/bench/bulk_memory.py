@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from pipeline.bench.workload import bulk_run_command
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.sentences import SentenceGenerator
+from pipeline.sample_sentences import SentenceGenerator
 
 MB = 1 << 20
 # how often the child's high-water mark is read

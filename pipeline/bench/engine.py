@@ -20,9 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pipeline.bench.cpu import measured_cpu
 from pipeline.bench.report import EngineFigures
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import CTranslate2Translator, PreparedText
+from pipeline.sample_sentences import SentenceGenerator
 
 # seconds of untimed engine calls before a measurement (see warm_up)
 WARM_UP_S = 3.0

@@ -26,8 +26,8 @@ from pipeline.bench.target import BenchTarget, wait_drained
 from pipeline.bench.workload import bulk_run_command, make_texts
 from pipeline.bulk.state import JobState
 from pipeline.contract.pairs import bulk_work_topic
-from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.errors import EngineError
+from pipeline.sample_sentences import SentenceGenerator
 from pipeline.settings import Settings
 from pipeline.stack.local_worker import WorkerProcess
 

@@ -32,8 +32,8 @@ import sentencepiece
 import yaml
 
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.registry import PairEntry, Registry, models_of
+from pipeline.sample_sentences import SentenceGenerator
 
 BENCH_PAIR = Pair("en", "en-XB")
 REGISTRY_HEADER = (

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.sentences import SentenceGenerator
+from pipeline.sample_sentences import SentenceGenerator
 
 
 def make_texts(n: int, repeat_ratio: float, seed: int = 1) -> list[str]:

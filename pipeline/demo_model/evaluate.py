@@ -1,7 +1,7 @@
 """Held-out quality of the demo model, measured through the serving path.
 
 500 generated sentences of 3-40 words, about half of whose words never
-occurred in training (see :mod:`pipeline.demo_model.sentences`), are
+occurred in training (see :mod:`pipeline.sample_sentences`), are
 translated by :class:`~pipeline.engine.translator.CTranslate2Translator` in
 both directions with beam 1 and beam 4, and scored with sacrebleu's chrF
 against the character map's output. The map makes the references; the model
@@ -24,11 +24,11 @@ from pipeline.demo_model import (
     MAX_OUTPUT_TOKENS,
     SPM_FILE,
 )
-from pipeline.demo_model.pseudo import from_pseudo, to_pseudo
-from pipeline.demo_model.sentences import heldout_sentences, heldout_with_placeholders
 from pipeline.engine.registry import PairEntry
 from pipeline.engine.translator import CTranslate2Translator
 from pipeline.errors import missing_extra
+from pipeline.pseudo_locale import from_pseudo, to_pseudo
+from pipeline.sample_sentences import heldout_sentences, heldout_with_placeholders
 
 CHRF_BAR = 95.0
 HELDOUT_SIZE = 500

@@ -23,14 +23,14 @@ from tqdm import tqdm
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
 from pipeline.demo_model import LANG_TOKENS, SPM_FILE
-from pipeline.demo_model.pseudo import char_map, from_pseudo, to_pseudo
-from pipeline.demo_model.sentences import (
+from pipeline.fidelity.tokens import CLOSE, OPEN
+from pipeline.pseudo_locale import char_map, from_pseudo, to_pseudo
+from pipeline.sample_sentences import (
     EXTRA_SYMBOLS,
     LATIN_LETTERS,
     SentenceGenerator,
     with_placeholders,
 )
-from pipeline.fidelity.tokens import CLOSE, OPEN
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
 

@@ -60,7 +60,6 @@ from cachetools import LRUCache
 
 from pipeline.contract.digest import files_fingerprint
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.sentences import SentenceGenerator
 from pipeline.engine.costs import DEFAULT_COST, CostModel
 from pipeline.engine.gpu_runtime import load_cublas
 from pipeline.engine.profile import (
@@ -76,6 +75,7 @@ from pipeline.engine.replicas import ReplicaPlan, choose_plan, concurrent_throug
 from pipeline.engine.segment import Piece, split_text
 from pipeline.errors import ConfigError, EngineError
 from pipeline.observability import metrics
+from pipeline.sample_sentences import SentenceGenerator
 
 if TYPE_CHECKING:
     from pipeline.settings import EngineSettings

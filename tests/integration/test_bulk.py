@@ -32,7 +32,7 @@ from pipeline.bulk.segmenter import Segmentation
 from pipeline.bulk.state import JobState
 from pipeline.contract.messages import TranslationRequest, TranslationResult
 from pipeline.contract.pairs import RESULTS_TOPIC, Pair, bulk_work_topic
-from pipeline.demo_model.sentences import SentenceGenerator
+from pipeline.sample_sentences import SentenceGenerator
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import DEMO_MODEL, WorkerProcess
 from tests.integration.helpers import TopicTail, plan_corpus

@@ -18,9 +18,9 @@ from pipeline.cli.main import main
 from pipeline.client import RequestOptions, TranslationClient, build_requests
 from pipeline.contract.messages import TranslationResult
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.pseudo import to_pseudo as xa
 from pipeline.fidelity.glossary import Term
 from pipeline.fidelity.glossary_store import GlossaryStore
+from pipeline.pseudo_locale import to_pseudo as xa
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import WorkerProcess
 

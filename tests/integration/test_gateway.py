@@ -23,9 +23,9 @@ from deep_translator import LibreTranslator
 from deep_translator.exceptions import AuthorizationException
 from libretranslatepy import LibreTranslateAPI
 
-from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
+from pipeline.pseudo_locale import to_pseudo
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import WorkerProcess
 from pipeline.storage.redis_client import redis_client

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.engine.translator import AlignedTranslation, AttentionBlock, Translation, Translator
 from pipeline.fidelity.tokens import TOKEN_RE
+from pipeline.pseudo_locale import to_pseudo
 
 
 class PseudoTranslator(Translator):

@@ -15,13 +15,13 @@ from pipeline.contract.pairs import Pair
 from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
 from pipeline.demo_model import DEMO_DIR
 from pipeline.demo_model.evaluate import demo_entries
-from pipeline.demo_model.pseudo import from_pseudo
-from pipeline.demo_model.pseudo import to_pseudo as xa
 from pipeline.engine.batching import TokenBudgetBatcher
 from pipeline.engine.translator import CTranslate2Translator
 from pipeline.fidelity.drive import TranslatorEngine, translate_text
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.fidelity.restore import Restored
+from pipeline.pseudo_locale import from_pseudo
+from pipeline.pseudo_locale import to_pseudo as xa
 from pipeline.settings import WorkerSettings
 from pipeline.steps.base import BatchStats
 from pipeline.steps.translate import EngineRunner

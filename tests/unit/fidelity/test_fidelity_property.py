@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.fidelity.drive import TranslatorEngine, translate_text
 from pipeline.fidelity.markup import tokenize
 from pipeline.fidelity.restore import Restored
+from pipeline.pseudo_locale import to_pseudo
 from tests.unit.fidelity_fakes import AligningPseudoTranslator
 
 WORDS = st.sampled_from(["hello", "world", "Big", "red", "car", "42", "it's", "x-ray", "OK", "é"])

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from pipeline.contract.pairs import Pair
-from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.engine.translator import AttentionBlock
 from pipeline.fidelity.align import reinsert, strip_tokens
 from pipeline.fidelity.document import Run, Span, literal_doc
@@ -16,6 +15,7 @@ from pipeline.fidelity.drive import TranslatorEngine, translate_text
 from pipeline.fidelity.glossary import Glossary, Term
 from pipeline.fidelity.quality import check_run, corrupted
 from pipeline.fidelity.restore import Failed, Restored
+from pipeline.pseudo_locale import to_pseudo
 from tests.unit.fidelity_fakes import AligningPseudoTranslator, PseudoTranslator
 
 EN_XA = Pair.parse("en_en-XA")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.demo_model.pseudo import to_pseudo
 from pipeline.detect import UNKNOWN, Detection, LanguageDetector, accuracy, language_name
+from pipeline.pseudo_locale import to_pseudo
 
 SAMPLES_FILE = Path(__file__).parents[2] / "data" / "detect_short_texts.tsv"
 

@@ -1,7 +1,8 @@
 """The en-XA pseudo-locale character map.
 
-Used only to *generate* training targets and evaluation references for the
-demo model. The serving path never calls it: translations come from the model.
+It makes the demo model's training targets and evaluation references, and
+gives language detection en-XA's letters. Translations never come from it:
+they come from the model.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Generated English-like sentences for training and evaluating the demo model.
+"""Generated English-like sentences: the engine's calibration texts, the benches' workloads,
+and the demo model's training and evaluation sentences.
 
 The demo task is character-level, so the generator aims for coverage rather
 than meaning: common words, invented words, names, acronyms, numbers in many
