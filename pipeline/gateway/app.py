@@ -12,6 +12,7 @@ not have are marked ``x-babelstream-extension`` in the spec.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
@@ -38,6 +39,7 @@ from pipeline.gateway.calls import (
     text_field,
 )
 from pipeline.gateway.files import FileJobs
+from pipeline.gateway.health import LoopHealth
 from pipeline.gateway.languages import display_name
 from pipeline.gateway.service import TRACE_HEADERS, Gateway
 from pipeline.settings import GatewaySettings, Settings
@@ -350,9 +352,17 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
+        health = beat = None
+        if limits.health_port is not None:
+            health = LoopHealth(limits.host, limits.health_port + process, limits.health_stall_s)
+            health.start()
+            beat = asyncio.create_task(health.beat())
         try:
             yield
         finally:
+            if health is not None and beat is not None:
+                beat.cancel()
+                health.stop()
             await gateway.stop()
 
     app = FastAPI(

@@ -10,7 +10,9 @@ across calls, deadlines, a restart and an unreachable Kafka.
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import random
+import signal
 import string
 import time
 import uuid
@@ -27,7 +29,7 @@ from pipeline.gateway.keys import KeyStore
 from pipeline.gateway.process import GatewayProcess
 from pipeline.pseudo_locale import to_pseudo
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
-from pipeline.stack.local_worker import WorkerProcess
+from pipeline.stack.local_worker import WorkerProcess, free_port
 from pipeline.storage.redis_client import redis_client
 from tests.raw_http import exchange, status_and_error
 
@@ -666,3 +668,39 @@ def test_a_10_mb_header_is_refused_431_before_it_is_read(gateway: GatewayProcess
     limit = load_settings().gateway.max_header_bytes
     assert status == 431 and error == f"Request headers too large: at most {limit} bytes"
     assert b"access-control-allow-origin: *" in response_head
+
+
+def test_health_on_its_own_port_tells_a_stuck_loop_from_a_busy_one(
+    settings: Settings, worker: WorkerProcess, files_dir: Path
+) -> None:
+    health_port = free_port(settings.gateway.host)
+    env = {
+        **gateway_env(files_dir, f"test-health-{uuid.uuid4().hex[:6]}"),
+        "BABELSTREAM_GATEWAY__HEALTH_PORT": str(health_port),
+        "BABELSTREAM_GATEWAY__HEALTH_STALL_S": "1",
+    }
+    url = f"http://{settings.gateway.host}:{health_port}/health"
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-health.log", env=env) as g:
+        assert g.pid is not None
+        answer = requests.get(url, timeout=2)
+        assert (answer.status_code, answer.json()) == (200, {"status": "ok"})
+        os.kill(g.pid, signal.SIGSTOP)  # the event loop stops; its /health process does not
+        try:
+            time.sleep(2)
+            stuck = requests.get(url, timeout=2)
+            assert stuck.status_code == 503 and stuck.json()["status"] == "stalled"
+        finally:
+            os.kill(g.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 10
+        while (again := requests.get(url, timeout=2)).status_code != 200:
+            assert time.monotonic() < deadline, again.text
+            time.sleep(0.1)
+    # the /health process ends with its gateway
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            requests.get(url, timeout=1)
+        except requests.ConnectionError:
+            break
+        assert time.monotonic() < deadline, "the /health process outlived its gateway"
+        time.sleep(0.2)

@@ -10,6 +10,7 @@ import pytest
 from pipeline.contract.messages import TranslationRequest, TranslationResult
 from pipeline.gateway.call_store import PendingCall
 from pipeline.gateway.calls import ApiError, answer, failure, parse_translate
+from pipeline.gateway.health import health_answer
 from pipeline.gateway.languages import Languages, display_name
 from pipeline.gateway.link import Waiters
 from pipeline.gateway.service import anonymous_quota
@@ -213,3 +214,11 @@ def test_anonymous_callers_get_a_quota_unless_one_is_set_for_them() -> None:
     assert anonymous_quota(named).quota("anonymous") == 7
     unlimited = Settings(gateway=GatewaySettings(anonymous_quota_chars=None))
     assert anonymous_quota(unlimited).quota("anonymous") is None
+
+
+def test_health_is_ok_while_the_loop_beats_and_stalled_after() -> None:
+    assert health_answer(last_beat=100.0, now=109.0, stall_s=10) == (200, {"status": "ok"})
+    assert health_answer(last_beat=100.0, now=112.34, stall_s=10) == (
+        503,
+        {"status": "stalled", "loop_stalled_s": 12.3},
+    )
