@@ -861,6 +861,11 @@ class GatewaySettings(_Section):
     files_dir: Path = PROJECT_ROOT / "var" / "gateway" / "files"
     # a larger upload is answered 413
     max_file_bytes: int = Field(1 << 20, ge=1)
+    # a file job's folder (the upload, the job's state, the translation) is deleted once
+    # nothing in it has changed for this long: its download link then answers 404
+    files_ttl_s: float = Field(86_400.0, gt=0)
+    # how often each gateway process looks for such folders
+    files_clean_every_s: float = Field(60.0, gt=0)
     # GET /frontend/settings: LibreTranslate's web UI timeout (ms)
     frontend_timeout_ms: int = Field(500, ge=0)
     # API key lookups (and misses) are cached this long: a revoked key stops working

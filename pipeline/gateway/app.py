@@ -352,6 +352,7 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await gateway.start()
+        cleaner = asyncio.create_task(files.keep_clean()) if limits.files_translation else None
         health = beat = None
         if limits.health_port is not None:
             health = LoopHealth(limits.host, limits.health_port + process, limits.health_stall_s)
@@ -360,6 +361,8 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
         try:
             yield
         finally:
+            if cleaner is not None:
+                cleaner.cancel()
             if health is not None and beat is not None:
                 beat.cancel()
                 health.stop()

@@ -13,7 +13,10 @@ LibreTranslate's does, then answers the translated file's URL.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import shutil
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +37,8 @@ from pipeline.settings import Settings
 if TYPE_CHECKING:
     from pipeline.gateway.service import Gateway
 
+log = logging.getLogger(__name__)
+
 # file suffix -> how its text is parsed
 SUFFIXES: dict[str, str] = {
     ".txt": "text",
@@ -51,6 +56,25 @@ def safe_name(filename: str) -> str:
     """A file name without paths or odd characters (werkzeug's ``secure_filename`` in spirit)."""
     name = _UNSAFE.sub("_", Path(filename).name).strip("._")
     return name or "file"
+
+
+def last_change(folder: Path) -> float:
+    """The newest modification time of ``folder`` and everything in it."""
+    times = [folder.stat().st_mtime]
+    times += [p.stat().st_mtime for p in folder.rglob("*")]
+    return max(times)
+
+
+def expired_jobs(files_dir: Path, ttl_s: float, now: float) -> list[Path]:
+    """The file jobs' folders under ``files_dir`` in which nothing changed for ``ttl_s``
+    (folders not named as file jobs are never touched)."""
+    if not files_dir.is_dir():
+        return []
+    return sorted(
+        folder
+        for folder in files_dir.iterdir()
+        if folder.is_dir() and _JOB.fullmatch(folder.name) and now - last_change(folder) > ttl_s
+    )
 
 
 class FileJobs:
@@ -156,6 +180,25 @@ class FileJobs:
             errors = table.column("errors")[0].as_py()
             raise ApiError(400, f"Cannot translate file: {status}: {errors}")
         return str(table.column("translation")[0].as_py() or "")
+
+    def clean(self) -> int:
+        """Delete the expired file jobs (``gateway.files_ttl_s``); how many were deleted."""
+        expired = expired_jobs(self._dir, self._settings.gateway.files_ttl_s, time.time())
+        for folder in expired:
+            # another gateway process may be deleting it too
+            shutil.rmtree(folder, ignore_errors=True)
+        if expired:
+            log.info("deleted %d expired file job(s) under %s", len(expired), self._dir)
+        return len(expired)
+
+    async def keep_clean(self) -> None:
+        """Run on the event loop: :meth:`clean` every ``gateway.files_clean_every_s``."""
+        while True:
+            try:
+                await asyncio.to_thread(self.clean)
+            except OSError as exc:  # a folder gone under it, a disk error: try again later
+                log.warning("could not clean expired file jobs: %s", exc)
+            await asyncio.sleep(self._settings.gateway.files_clean_every_s)
 
     def download(self, filename: str) -> FileResponse:
         """``GET /download_file/<job id>.<name>``: the translated file, as an attachment."""

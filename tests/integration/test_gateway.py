@@ -536,6 +536,35 @@ def test_translate_file(
         assert refused.status_code == 404, other
 
 
+def test_translated_files_expire(settings: Settings, worker: WorkerProcess, tmp_path: Path) -> None:
+    files = tmp_path / "files"
+    env = {
+        **gateway_env(files, f"test-files-ttl-{uuid.uuid4().hex[:6]}"),
+        "BABELSTREAM_GATEWAY__FILES_TTL_S": "2",
+        "BABELSTREAM_GATEWAY__FILES_CLEAN_EVERY_S": "0.2",
+    }
+    unrelated = files / "kept-by-the-operator"
+    unrelated.mkdir(parents=True)
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-files-ttl.log", env=env) as g:
+        answer = post(
+            g,
+            "/translate_file",
+            files={"file": ("hello.txt", b"Hello world")},
+            data={"source": "en", "target": "en-XA"},
+        )
+        assert answer.status_code == 200, answer.text
+        url = answer.json()["translatedFileUrl"]
+        assert requests.get(url, timeout=10).text == "Ĥéļļö ŵöŕļð"
+        deadline = time.monotonic() + 15
+        while (gone := requests.get(url, timeout=10)).status_code == 200:
+            assert time.monotonic() < deadline, "the translated file never expired"
+            time.sleep(0.2)
+        assert (gone.status_code, gone.json()) == (404, {"error": "No such file"})
+        job = url.rsplit("/", 1)[1].split(".", 1)[0]
+        assert not (files / job).exists()  # the upload and the job's state went with it
+        assert unrelated.is_dir()  # only file jobs' folders are deleted
+
+
 def test_file_errors(gateway: GatewayProcess) -> None:
     bad = post(
         gateway,

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,9 +13,10 @@ import pytest
 from pipeline.contract.messages import TranslationRequest, TranslationResult
 from pipeline.gateway.call_store import PendingCall
 from pipeline.gateway.calls import ApiError, answer, failure, parse_translate
+from pipeline.gateway.files import expired_jobs
 from pipeline.gateway.health import health_answer
 from pipeline.gateway.languages import Languages, display_name
-from pipeline.gateway.link import Waiters
+from pipeline.gateway.link import FILE_JOB_PREFIX, Waiters
 from pipeline.gateway.service import anonymous_quota
 from pipeline.settings import GatewaySettings, Settings, TenantSettings
 
@@ -222,3 +226,21 @@ def test_health_is_ok_while_the_loop_beats_and_stalled_after() -> None:
         503,
         {"status": "stalled", "loop_stalled_s": 12.3},
     )
+
+
+def test_file_jobs_expire_by_their_last_change(tmp_path: Path) -> None:
+    old, fresh = (
+        tmp_path / f"{FILE_JOB_PREFIX}{'a' * 32}",
+        tmp_path / f"{FILE_JOB_PREFIX}{'b' * 32}",
+    )
+    (old / "out").mkdir(parents=True)
+    (fresh / "out").mkdir(parents=True)
+    (tmp_path / "not-a-job").mkdir()
+    now = time.time()
+    for path in (old, old / "out", tmp_path / "not-a-job"):
+        os.utime(path, (now - 100, now - 100))
+    for path in (fresh, fresh / "out"):
+        os.utime(path, (now - 100, now - 100))
+    (fresh / "out" / "late.txt").write_text("written just now")  # still changing: kept
+    assert expired_jobs(tmp_path, ttl_s=50, now=now) == [old]
+    assert expired_jobs(tmp_path / "missing", ttl_s=50, now=now) == []
