@@ -861,6 +861,11 @@ class GatewaySettings(_Section):
     files_dir: Path = PROJECT_ROOT / "var" / "gateway" / "files"
     # a larger upload is answered 413
     max_file_bytes: int = Field(1 << 20, ge=1)
+    # an upload up to this size is answered when translated, as LibreTranslate does; a
+    # larger one at once with 202 and a job to poll (GET /translate_file/<job id>)
+    sync_file_bytes: int = Field(64 * 1024, ge=0)
+    # file jobs one tenant may have running at once (every process counts); more: 429
+    max_file_jobs: int = Field(2, ge=1)
     # a file job's folder (the upload, the job's state, the translation) is deleted once
     # nothing in it has changed for this long: its download link then answers 404
     files_ttl_s: float = Field(86_400.0, gt=0)

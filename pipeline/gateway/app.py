@@ -213,6 +213,12 @@ class FileAnswer(BaseModel):
     translatedFileUrl: str
 
 
+class FileJobAnswer(BaseModel):
+    jobId: str
+    status: Literal["running"]
+    statusUrl: str | None = _ext("where to poll the job (POST /translate_file's 202)")
+
+
 class FileForm(BaseModel):
     """``POST /translate_file`` (multipart)."""
 
@@ -233,11 +239,12 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     described = {
         400: "Invalid request",
         403: "Invalid API key, or a disabled feature",
-        404: "Unknown request id",
+        404: "Unknown request id (or file job)",
         409: "Cancelled",
         413: "Body too large",
         422: "The request id was used for another call",
-        429: "Slow down: the tenant's quota is used up (Retry-After)",
+        429: "Slow down: the tenant's quota, or its file jobs at once, used up (Retry-After)",
+        500: "A defect of the gateway (a file job that failed on one)",
         503: "Kafka (or Redis) cannot take the call now (Retry-After)",
         504: "Not translated within the deadline: fetch the result by request id later",
     }
@@ -493,7 +500,11 @@ def _add_file_routes(
         "/translate_file",
         tags=["translate"],
         summary="Translate a File",
-        responses=_errors(400, 403, 413, 429, 503, 504),
+        response_model=FileAnswer,
+        responses={
+            202: {"model": FileJobAnswer, "description": "A large file: poll statusUrl"},
+            **_errors(400, 403, 413, 429, 503, 504),
+        },
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -503,7 +514,7 @@ def _add_file_routes(
             }
         },
     )
-    async def translate_file(request: Request) -> FileAnswer:
+    async def translate_file(request: Request) -> JSONResponse:
         length = request.headers.get("content-length")
         if length is None or not length.isdigit() or int(length) > limits.max_file_bytes + 65536:
             raise ApiError(
@@ -515,8 +526,26 @@ def _add_file_routes(
         fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
         tenant = await _tenant(gateway, fields)
         upload = form.get("file")
-        url = await files.translate(upload, fields, tenant, str(request.base_url))
-        return FileAnswer(translatedFileUrl=url)
+        status, body = await files.translate(upload, fields, tenant, str(request.base_url))
+        return JSONResponse(body, status_code=status)
+
+    @app.get(
+        "/translate_file/{job_id}",
+        tags=["translate"],
+        summary="Poll a file job (extension)",
+        response_model=FileAnswer,
+        responses={
+            202: {"model": FileJobAnswer, "description": "Still running"},
+            **_errors(400, 403, 404, 429, 500, 503),
+        },
+        openapi_extra=EXTENSION,
+    )
+    async def file_job(job_id: str, api_key: str | None = None) -> JSONResponse:
+        if not limits.files_translation:
+            raise ApiError(403, "Files translation are disabled on this server.")
+        tenant = await gateway.tenant(api_key)
+        status, body = files.status(job_id, tenant)
+        return JSONResponse(body, status_code=status)
 
     @app.get(
         "/download_file/{filename}",

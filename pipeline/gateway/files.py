@@ -13,6 +13,7 @@ LibreTranslate's does, then answers the translated file's URL.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import shutil
@@ -58,6 +59,25 @@ def safe_name(filename: str) -> str:
     return name or "file"
 
 
+STATUS_FILE = "status.json"
+
+
+def _write_status(job_dir: Path, status: dict[str, Any]) -> None:
+    """Record a job's state where every gateway process sharing the folder reads it."""
+    part = job_dir / f".{STATUS_FILE}.part"
+    part.write_text(json.dumps(status), encoding="utf-8")
+    part.replace(job_dir / STATUS_FILE)  # atomic: a reader sees the old state or the new
+
+
+def _read_status(job_dir: Path) -> dict[str, Any]:
+    """A job's recorded state; empty for a folder without one (or being deleted)."""
+    try:
+        found: dict[str, Any] = json.loads((job_dir / STATUS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found
+
+
 def last_change(folder: Path) -> float:
     """The newest modification time of ``folder`` and everything in it."""
     times = [folder.stat().st_mtime]
@@ -84,6 +104,8 @@ class FileJobs:
         self._settings = settings
         self._gateway = gateway
         self._dir = settings.gateway.files_dir
+        # the jobs running in the background (a task nobody holds may be collected)
+        self._tasks: set[asyncio.Task[str]] = set()
 
     @property
     def suffixes(self) -> tuple[str, ...]:
@@ -91,8 +113,9 @@ class FileJobs:
 
     async def translate(
         self, upload: Any, fields: dict[str, Any], tenant: str, base_url: str
-    ) -> str:
-        """Translate an uploaded file; the URL of the translation."""
+    ) -> tuple[int, dict[str, Any]]:
+        """Translate an uploaded file: 200 with the translation's URL, or for an upload over
+        ``gateway.sync_file_bytes`` 202 with the job to poll."""
         gateway, languages = self._gateway, self._gateway.languages
         if not isinstance(upload, UploadFile):
             raise missing("file")
@@ -137,15 +160,22 @@ class FileJobs:
                 gateway.link.problem or "Kafka is not reachable",
                 headers={"Retry-After": str(self._settings.gateway.retry_after_s)},
             )
+        limits = self._settings.gateway
+        if self.running(tenant) >= limits.max_file_jobs:
+            raise ApiError(
+                429,
+                f"Slowdown: at most {limits.max_file_jobs} file jobs of a tenant at once",
+                headers={"Retry-After": str(limits.retry_after_s)},
+            )
         job_id = f"{FILE_JOB_PREFIX}{uuid.uuid4().hex}"
         name = safe_name(filename)
         job_dir = self._dir / job_id
         job_dir.mkdir(parents=True, exist_ok=True)
+        _write_status(job_dir, {"tenant": tenant, "state": "running"})
         source_file = job_dir / f"source{suffix}"
         source_file.write_bytes(data)
-        if source == target:
-            translated = text
-        else:
+        spec = None
+        if source != target:
             spec = JobSpec(
                 job_id=job_id,
                 pair=Pair(source, target),
@@ -156,11 +186,75 @@ class FileJobs:
                 text_format=SUFFIXES[suffix],
                 reply_topic=gateway.link.reply_topic,
             )
-            translated = await asyncio.to_thread(self._run, spec, source_file)
-        # apart from the upload and the job's own files: only this is ever downloadable
-        (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
-        (job_dir / OUTPUT_DIR / name).write_text(translated, encoding="utf-8")
-        return f"{base_url.rstrip('/')}/download_file/{job_id}.{name}"
+        base = base_url.rstrip("/")
+        url = f"{base}/download_file/{job_id}.{name}"
+        work = self._finish(job_dir, spec, source_file, name, url)
+        if len(data) <= limits.sync_file_bytes:
+            return 200, {"translatedFileUrl": await work}
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._job_ended)
+        return 202, {
+            "jobId": job_id,
+            "status": "running",
+            "statusUrl": f"{base}/translate_file/{job_id}",
+        }
+
+    async def _finish(
+        self, job_dir: Path, spec: JobSpec | None, source_file: Path, name: str, url: str
+    ) -> str:
+        """Translate the upload (``spec``: None when already in the target language), keep
+        the translation downloadable, and record how the job ended."""
+        tenant = _read_status(job_dir).get("tenant", "")
+        try:
+            if spec is None:
+                translated = source_file.read_text(encoding="utf-8")
+            else:
+                translated = await asyncio.to_thread(self._run, spec, source_file)
+            # apart from the upload and the job's own files: only this is ever downloadable
+            (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
+            (job_dir / OUTPUT_DIR / name).write_text(translated, encoding="utf-8")
+        except ApiError as exc:
+            ended = {"state": "failed", "status": exc.status, "error": exc.message}
+            _write_status(job_dir, {"tenant": tenant, **ended})
+            raise
+        except BaseException:
+            ended = {"state": "failed", "status": 500, "error": "Internal error: see the log"}
+            _write_status(job_dir, {"tenant": tenant, **ended})
+            raise
+        _write_status(job_dir, {"tenant": tenant, "state": "done", "url": url})
+        return url
+
+    def _job_ended(self, task: asyncio.Task[str]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and not isinstance(exc, ApiError):
+            log.error("a file job failed", exc_info=exc)
+
+    def running(self, tenant: str) -> int:
+        """The tenant's file jobs running now, in every gateway process sharing ``files_dir``."""
+        if not self._dir.is_dir():
+            return 0
+        return sum(
+            1
+            for folder in self._dir.iterdir()
+            if _JOB.fullmatch(folder.name)
+            and _read_status(folder) == {"tenant": tenant, "state": "running"}
+        )
+
+    def status(self, job_id: str, tenant: str) -> tuple[int, dict[str, Any]]:
+        """``GET /translate_file/<job id>``: 202 while running, 200 with the download URL,
+        or the job's error (404 for an unknown job or another tenant's)."""
+        found = _read_status(self._dir / job_id) if _JOB.fullmatch(job_id) else {}
+        if found.get("tenant") != tenant:
+            raise ApiError(404, "No such file job")
+        if found["state"] == "running":
+            return 202, {"jobId": job_id, "status": "running"}
+        if found["state"] == "done":
+            return 200, {"translatedFileUrl": found["url"]}
+        raise ApiError(int(found["status"]), str(found["error"]))
 
     def _run(self, spec: JobSpec, source_file: Path) -> str:
         settings = self._settings.model_copy(

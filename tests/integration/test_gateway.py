@@ -565,6 +565,67 @@ def test_translated_files_expire(settings: Settings, worker: WorkerProcess, tmp_
         assert unrelated.is_dir()  # only file jobs' folders are deleted
 
 
+def test_a_large_file_is_a_job_to_poll_and_a_tenant_runs_few_at_once(
+    settings: Settings, worker: WorkerProcess, tmp_path: Path, keys: KeyStore
+) -> None:
+    env = {
+        **gateway_env(tmp_path / "files", f"test-file-jobs-{uuid.uuid4().hex[:6]}"),
+        "BABELSTREAM_GATEWAY__SYNC_FILE_BYTES": "8",
+        "BABELSTREAM_GATEWAY__MAX_FILE_JOBS": "1",
+    }
+    key, info = keys.add(f"other-{uuid.uuid4().hex[:6]}")
+    texts = [f"A file of its own, number {n} {uuid.uuid4().hex[:4]}." for n in range(3)]
+
+    def upload(g: GatewayProcess, text: str, **fields: str) -> requests.Response:
+        return post(
+            g,
+            "/translate_file",
+            files={"file": ("big.txt", text.encode())},
+            data={"source": "en", "target": "en-XA", **fields},
+        )
+
+    def finished(url: str) -> requests.Response:
+        deadline = time.monotonic() + 60
+        while (polled := requests.get(url, timeout=10)).status_code == 202:
+            assert polled.json()["status"] == "running"
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        return polled
+
+    try:
+        with GatewayProcess(settings, log_path=LOGS / "test-gateway-file-jobs.log", env=env) as g:
+            with worker.paused():
+                first = upload(g, texts[0])
+                assert first.status_code == 202, first.text
+                job = first.json()
+                assert job["status"] == "running"
+                assert job["statusUrl"] == f"{g.url}/translate_file/{job['jobId']}"
+                # the anonymous tenant's one file job is running: a second waits its turn
+                second = upload(g, texts[1])
+                assert second.status_code == 429 and second.headers["Retry-After"]
+                assert second.json() == {
+                    "error": "Slowdown: at most 1 file jobs of a tenant at once"
+                }
+                # another tenant has file jobs of its own, and cannot see this one
+                other = upload(g, texts[2], api_key=key)
+                assert other.status_code == 202, other.text
+                unseen = requests.get(job["statusUrl"], params={"api_key": key}, timeout=10)
+                assert unseen.status_code == 404
+            done = finished(job["statusUrl"])
+            assert done.status_code == 200, done.text
+            assert requests.get(done.json()["translatedFileUrl"], timeout=10).text == (
+                to_pseudo(texts[0])
+            )
+            other_done = finished(f"{other.json()['statusUrl']}?api_key={key}")
+            assert requests.get(other_done.json()["translatedFileUrl"], timeout=10).text == (
+                to_pseudo(texts[2])
+            )
+            # its job ended: the anonymous tenant may run the next
+            assert upload(g, texts[1]).status_code == 202
+    finally:
+        keys.revoke(info.id)
+
+
 def test_file_errors(gateway: GatewayProcess) -> None:
     bad = post(
         gateway,
