@@ -22,7 +22,7 @@ from pipeline.control.fairness import lone_round_s
 from pipeline.control.priority import BULK, INTERACTIVE
 from pipeline.detect import Detection
 from pipeline.engine.batching import TokenBudgetBatcher
-from pipeline.engine.costs import cost_of
+from pipeline.engine.capabilities import cost_of
 from pipeline.engine.shaping import BatchShaper
 from pipeline.kafka.clients import faust_app_options
 from pipeline.kafka.reply_topics import ReplyTopicCheck

@@ -32,8 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.contract.pairs import Pair
-
 # Shapes (sequences, tokens each) timed by :func:`calibrate`: short and long
 # calls, single sequences and batches, so all three coefficients are visible.
 CALIBRATION_SHAPES: tuple[tuple[int, int], ...] = (
@@ -74,12 +72,6 @@ class CostModel:
 
 # Until a model is measured: calls cost about as much as 200 padded tokens.
 DEFAULT_COST = CostModel(per_call_s=2e-3, per_step_s=0.0, per_token_s=1e-5)
-
-
-def cost_of(translator: object, pair: Pair) -> CostModel:
-    """The translator's measured call costs for ``pair``, or :data:`DEFAULT_COST`."""
-    measured = getattr(translator, "cost_model", None)
-    return measured(pair) if callable(measured) else DEFAULT_COST
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,27 +13,14 @@ import asyncio
 import functools
 from collections.abc import Sequence
 from concurrent.futures import Executor
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from pipeline.contract.pairs import Pair
-from pipeline.engine.translator import AlignedTranslation, Translation, Translator
+from pipeline.engine.capabilities import Aligning, VocabularyAware
+from pipeline.engine.translator import Translation, Translator
 from pipeline.fidelity.glossary import Glossary
 from pipeline.fidelity.prepare import FidelityConfig, Format, prepare
 from pipeline.fidelity.restore import Call, Failed, Refused, Restoration, Restored
-
-
-@runtime_checkable
-class AligningTranslator(Protocol):
-    """A translator that can return attention with its translations."""
-
-    def translate_aligned(self, texts: Sequence[str], pair: Pair) -> list[AlignedTranslation]: ...
-
-
-@runtime_checkable
-class VocabularyAware(Protocol):
-    """A translator that can name the characters its model knows only as bytes."""
-
-    def unknown_characters(self, text: str, pair: Pair) -> frozenset[str]: ...
 
 
 class TranslatorEngine:
@@ -48,7 +35,7 @@ class TranslatorEngine:
 
     def can_align(self) -> bool:
         """True when the translator gives attention (CTranslate2 does)."""
-        return isinstance(self.translator, AligningTranslator)
+        return isinstance(self.translator, Aligning)
 
     def unknown_characters(self, text: str) -> frozenset[str]:
         """What the model's tokenizer knows only as bytes (nothing, for other translators)."""
@@ -68,7 +55,7 @@ class TranslatorEngine:
                 await self.translator.translate_batch_async(plain, self.pair, self.executor)
             )
         if aligned:
-            assert isinstance(self.translator, AligningTranslator)
+            assert isinstance(self.translator, Aligning)
             call = functools.partial(self.translator.translate_aligned, aligned, self.pair)
             aligned_out = list(
                 await asyncio.get_running_loop().run_in_executor(self.executor, call)

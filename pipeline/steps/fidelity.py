@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from pipeline.contract.pairs import Pair
+from pipeline.engine.capabilities import Aligning, VocabularyAware
 from pipeline.engine.translator import Translation
-from pipeline.fidelity.drive import VocabularyAware, drive
+from pipeline.fidelity.drive import drive
 from pipeline.fidelity.glossary_store import GlossaryUnavailable
 from pipeline.fidelity.restore import Call, Failed, Refused, Restoration
 from pipeline.fidelity.service import FidelityService, Rejected, result_fields
@@ -131,7 +132,7 @@ class _PairView:
         self._vocabulary = vocabulary
 
     def can_align(self) -> bool:
-        return hasattr(self._runner.translator, "translate_aligned")
+        return isinstance(self._runner.translator, Aligning)
 
     def unknown_characters(self, text: str) -> frozenset[str]:
         if self._vocabulary is None:

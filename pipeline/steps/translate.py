@@ -25,7 +25,7 @@ from pipeline.contract.pairs import Pair
 from pipeline.control.priority import BULK, INTERACTIVE, PriorityGate
 from pipeline.control.residency import ModelResidency
 from pipeline.engine.batching import TokenBudgetBatcher
-from pipeline.engine.costs import cost_of
+from pipeline.engine.capabilities import Aligning, cost_of
 from pipeline.engine.overlap import EngineLane, staged
 from pipeline.engine.shaping import BatchShaper
 from pipeline.engine.translator import AlignedTranslation, Translation, Translator
@@ -216,9 +216,9 @@ class EngineRunner:
         a failure here is the engine's: these texts were translated plainly
         one round before.
         """
-        aligned = getattr(self._translator, "translate_aligned", None)
-        if aligned is None:
+        if not isinstance(self._translator, Aligning):
             raise TransientError("the translator gives no attention")
+        aligned = self._translator.translate_aligned
         texts = list(texts)
         began = time.perf_counter()
         try:

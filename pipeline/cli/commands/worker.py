@@ -231,6 +231,7 @@ def _served_models(
     ``--models`` or ``--pairs`` choose), loaded; the engine's replicas; what the engine
     runs on (device, compute types: readiness and ``status`` show it); and on a GPU
     with ``engine.inter_threads`` unset, the measured replicas and call size."""
+    from pipeline.engine.capabilities import capabilities_of
     from pipeline.engine.translator import CTranslate2Translator
     from workers.shell import ServedModel
 
@@ -256,7 +257,9 @@ def _served_models(
         )
         for model in chosen
     ]
-    return served, translator.inter_threads, translator.in_use(), translator.replica_plan
+    # each capability a translator lacks has a fallback: readiness names them, so none is silent
+    engine = {**translator.in_use(), "capabilities": capabilities_of(translator).describe()}
+    return served, translator.inter_threads, engine, translator.replica_plan
 
 
 def _with_call_size(settings: Settings, plan: ReplicaPlan) -> Settings:
