@@ -235,6 +235,10 @@ class SuggestBody(BaseModel):
     target: str
 
 
+# LibreTranslate's words when files_translation is off
+FILES_DISABLED = "Files translation are disabled on this server."
+
+
 def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     described = {
         400: "Invalid request",
@@ -521,7 +525,7 @@ def _add_file_routes(
                 413, f"Invalid request: a file may have at most {limits.max_file_bytes} bytes"
             )
         if not limits.files_translation:
-            raise ApiError(403, "Files translation are disabled on this server.")
+            raise ApiError(403, FILES_DISABLED)
         form = await request.form()
         fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
         tenant = await _tenant(gateway, fields)
@@ -542,7 +546,7 @@ def _add_file_routes(
     )
     async def file_job(job_id: str, api_key: str | None = None) -> JSONResponse:
         if not limits.files_translation:
-            raise ApiError(403, "Files translation are disabled on this server.")
+            raise ApiError(403, FILES_DISABLED)
         tenant = await gateway.tenant(api_key)
         status, body = files.status(job_id, tenant)
         return JSONResponse(body, status_code=status)
@@ -559,7 +563,7 @@ def _add_file_routes(
     )
     async def download_file(filename: str) -> Response:
         if not limits.files_translation:
-            raise ApiError(400, "Files translation are disabled on this server.")
+            raise ApiError(400, FILES_DISABLED)
         return files.download(filename)
 
 

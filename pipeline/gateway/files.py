@@ -188,7 +188,7 @@ class FileJobs:
             )
         base = base_url.rstrip("/")
         url = f"{base}/download_file/{job_id}.{name}"
-        work = self._finish(job_dir, spec, source_file, name, url)
+        work = self._finish(job_dir, tenant, spec, source_file, name, url)
         if len(data) <= limits.sync_file_bytes:
             return 200, {"translatedFileUrl": await work}
         task = asyncio.create_task(work)
@@ -201,11 +201,16 @@ class FileJobs:
         }
 
     async def _finish(
-        self, job_dir: Path, spec: JobSpec | None, source_file: Path, name: str, url: str
+        self,
+        job_dir: Path,
+        tenant: str,
+        spec: JobSpec | None,
+        source_file: Path,
+        name: str,
+        url: str,
     ) -> str:
         """Translate the upload (``spec``: None when already in the target language), keep
         the translation downloadable, and record how the job ended."""
-        tenant = _read_status(job_dir).get("tenant", "")
         try:
             if spec is None:
                 translated = source_file.read_text(encoding="utf-8")

@@ -237,6 +237,10 @@ class Gateway:
         ]
         return answer(call, translations, detected)
 
+    def wait_ms(self, call: TranslateCall) -> int:
+        """How long ``call`` waits for its translations: its ``deadline_ms``, else the default."""
+        return call.deadline_ms or self.settings.gateway.wait_timeout_ms
+
     def _requests(
         self,
         call: TranslateCall,
@@ -246,7 +250,7 @@ class Gateway:
         call_id: str,
     ) -> list[TranslationRequest]:
         gateway = self.settings.gateway
-        wait_ms = call.deadline_ms or gateway.wait_timeout_ms
+        wait_ms = self.wait_ms(call)
         submitted = now_ms()
         # bulk priority: the call is a job of its own, served after interactive work
         job_id = f"gw.{call_id}" if call.priority == "bulk" else None
@@ -272,7 +276,7 @@ class Gateway:
     def _check_deadline(self, call: TranslateCall, requests: Sequence[TranslationRequest]) -> None:
         """Refuse up front a call whose texts cannot be translated within its wait."""
         gateway = self.settings.gateway
-        wait_ms = call.deadline_ms or gateway.wait_timeout_ms
+        wait_ms = self.wait_ms(call)
         chars = sum(len(r.text) for r in requests)
         needed_ms = gateway.work_ms(chars)
         if needed_ms > wait_ms:
@@ -335,7 +339,7 @@ class Gateway:
                     raise ApiError(
                         503, str(exc), headers={"Retry-After": str(exc.retry_after_s)}
                     ) from None
-            wait_s = (call.deadline_ms or self.settings.gateway.wait_timeout_ms) / 1000
+            wait_s = self.wait_ms(call) / 1000
             _, late = await asyncio.wait(futures, timeout=wait_s)
         finally:
             waiters.release(ids)
