@@ -21,6 +21,21 @@ them), so the two cannot be confused. A pseudo-locale without an alphabet
 (``en-XB``) is never detected. A text with no letters (digits, emoji, a
 URL), or one no candidate matches, has no language: ``language`` None,
 confidence 0.
+
+Restricted to the served languages alone, a detector calls every text one
+of them: Russian or Chinese come out as English with confidence 1. So the
+served languages are weighed against a rival. A wide detector, lingua's
+low-accuracy mode (its trigram models: about 40 MB for 28 languages, where
+high accuracy takes about 540 MB) over the served languages and the
+*reference languages* (``detection.reference_languages``), names the most
+likely language outside the candidates. Then a high-accuracy detector of the
+candidates and that rival decides (only the languages seen as rivals load
+their larger models): a text at ``detection.unsupported_confidence`` or more
+in the rival is reported in it with ``supported`` False, so a caller refuses
+it as an unsupported source instead of translating it as something it is
+not; otherwise the best candidate is the answer, with its confidence against
+the rival. Low accuracy alone misreads short texts ("Hello world, 42
+times!" as Vietnamese); it only picks the rival.
 """
 
 from __future__ import annotations
@@ -32,16 +47,20 @@ from dataclasses import dataclass
 from lingua import IsoCode639_1, IsoCode639_3, Language, LanguageDetectorBuilder
 from lingua import LanguageDetector as _LinguaDetector
 
+from pipeline.settings import DetectionSettings
+
 # share of a text's letters that must belong to a pseudo-locale's alphabet
 PSEUDO_SHARE = 0.9
 
 
 @dataclass(frozen=True, slots=True)
 class Detection:
-    """The language of one text (a tag of the detector's set, or None) and a 0-1 confidence."""
+    """The language of one text (a tag, or None) and the full detector's 0-1 confidence."""
 
     language: str | None
     confidence: float
+    # False: the text is in ``language``, which none of the candidates is (not translatable)
+    supported: bool = True
 
 
 UNKNOWN = Detection(None, 0.0)
@@ -85,28 +104,40 @@ class LanguageDetector:
     ``alphabets`` maps pseudo-locale tags to their letters (default:
     :func:`pseudo_alphabets`); only those of ``languages`` are used. A tag
     that is neither lingua's nor has an alphabet is never detected.
+    ``reference`` are languages weighed beside them by the wide detector (see
+    the module's docstring); a text most likely in one of those, at
+    ``unsupported_confidence`` or more, is detected as unsupported.
     """
 
     def __init__(
         self,
         languages: Iterable[str],
         alphabets: Mapping[str, frozenset[str]] | None = None,
+        reference: Iterable[str] = (),
+        unsupported_confidence: float = 0.5,
     ) -> None:
         self.languages: tuple[str, ...] = tuple(sorted(set(languages)))
         known = pseudo_alphabets() if alphabets is None else alphabets
         self._alphabets = {tag: known[tag] for tag in self.languages if tag in known}
-        self._tag_of: dict[Language, str] = {}
         natural = sorted(
             (t for t in self.languages if t not in self._alphabets),
             key=lambda t: (t != primary_subtag(t), t),  # the bare tag first
         )
-        for tag in natural:
-            language = _lingua_language(primary_subtag(tag))
-            if language is not None and language not in self._tag_of:
-                self._tag_of[language] = tag
-        self._lingua: _LinguaDetector | None = None
-        if len(self._tag_of) >= 2:
-            self._lingua = LanguageDetectorBuilder.from_languages(*self._tag_of).build()
+        self._tag_of = _tags_by_language(natural)
+        # the wide detector's languages: the served ones under their served tags first
+        self._wide_tag_of = self._tag_of | {
+            lang: tag
+            for lang, tag in _tags_by_language(sorted(reference)).items()
+            if lang not in self._tag_of
+        }
+        self._unsupported_at = unsupported_confidence
+        self._wide: _LinguaDetector | None = None
+        if len(self._wide_tag_of) > len(self._tag_of):
+            self._wide = (
+                LanguageDetectorBuilder.from_languages(*self._wide_tag_of)
+                .with_low_accuracy_mode()
+                .build()
+            )
 
     @property
     def detectable(self) -> tuple[str, ...]:
@@ -114,10 +145,11 @@ class LanguageDetector:
         return tuple(sorted({*self._tag_of.values(), *self._alphabets}))
 
     def ranked(self, text: str, among: Iterable[str] | None = None) -> list[Detection]:
-        """Every candidate with its confidence, best first; empty when nothing matches.
+        """The candidates with their confidences, best first; empty when nothing matches.
 
         ``among`` narrows the candidates to those tags (others of the set are
-        ignored, confidences renormalised over the rest).
+        ignored). When the text is most likely in a language no candidate is, that
+        language comes first, ``supported`` False.
         """
         allowed = set(self.languages if among is None else among) & set(self.languages)
         letters = [c for c in text if c.isalpha()]
@@ -131,18 +163,29 @@ class LanguageDetector:
         natural = {lang: tag for lang, tag in self._tag_of.items() if tag in allowed}
         if not natural:
             return []
-        if len(natural) == 1 or self._lingua is None:
+        rival = self._rival(text, natural)
+        weighed = natural | ({rival: self._wide_tag_of[rival]} if rival is not None else {})
+        if len(weighed) == 1:
             # one candidate: nothing to weigh it against; a text with letters is in it
-            return [Detection(next(iter(natural.values())), 1.0)]
-        values = [
-            (natural[c.language], c.value)
-            for c in self._lingua.compute_language_confidence_values(text)
-            if c.language in natural
-        ]
-        total = sum(v for _, v in values)
-        if total <= 0:
-            return []
-        return [Detection(tag, round(v / total, 4)) for tag, v in values if v > 0]
+            return [Detection(next(iter(weighed.values())), 1.0)]
+        ranked: list[Detection] = []
+        for c in _high_accuracy(frozenset(weighed)).compute_language_confidence_values(text):
+            if c.language == rival:
+                if c.value >= self._unsupported_at:
+                    ranked.insert(0, Detection(weighed[rival], round(c.value, 4), False))
+            elif c.value > 0:
+                ranked.append(Detection(weighed[c.language], round(c.value, 4)))
+        return ranked
+
+    def _rival(self, text: str, natural: Mapping[Language, str]) -> Language | None:
+        """The language outside the candidates the text is most likely in, by the wide
+        (low-accuracy) detector; None without reference languages."""
+        if self._wide is None:
+            return None
+        for c in self._wide.compute_language_confidence_values(text):
+            if c.language not in natural:
+                return c.language
+        return None
 
     def detect(self, text: str, among: Iterable[str] | None = None) -> Detection:
         """The most likely language of ``text`` (:data:`UNKNOWN` when none matches)."""
@@ -157,26 +200,56 @@ class LanguageDetector:
         return [self.detect(text, candidates) for text in texts]
 
 
+@functools.lru_cache(maxsize=256)
+def _high_accuracy(languages: frozenset[Language]) -> _LinguaDetector:
+    """lingua's high-accuracy detector of these languages (its models load once per
+    language and are shared by every detector)."""
+    return LanguageDetectorBuilder.from_languages(*languages).build()
+
+
+def _tags_by_language(tags: Iterable[str]) -> dict[Language, str]:
+    """lingua's language of each tag it knows (the first tag of a language wins)."""
+    found: dict[Language, str] = {}
+    for tag in tags:
+        language = _lingua_language(primary_subtag(tag))
+        if language is not None and language not in found:
+            found[language] = tag
+    return found
+
+
 class SourceDetector:
     """The source language of a request sent with ``source_lang: auto``.
 
     Detected among the languages some model translates into the request's
     target (``sources_for``), out of ``languages`` (every one the deployment
-    serves). lingua's models load on the first call, so a router that never
-    sees ``auto`` pays nothing for them.
+    serves), beside ``settings.reference_languages``. lingua's models load on
+    the first call, so a router that never sees ``auto`` pays nothing for them.
     """
 
     def __init__(
-        self, languages: Iterable[str], sources_for: Callable[[str], Iterable[str]]
+        self,
+        languages: Iterable[str],
+        sources_for: Callable[[str], Iterable[str]],
+        settings: DetectionSettings,
     ) -> None:
         self._languages = tuple(languages)
         self._sources_for = sources_for
+        self._settings = settings
         self._detector: LanguageDetector | None = None
 
     def __call__(self, text: str, target: str) -> Detection:
         if self._detector is None:
-            self._detector = LanguageDetector(self._languages)
+            self._detector = detector_for(self._languages, self._settings)
         return self._detector.detect(text, among=self._sources_for(target))
+
+
+def detector_for(languages: Iterable[str], settings: DetectionSettings) -> LanguageDetector:
+    """A detector of ``languages`` with the deployment's reference languages and threshold."""
+    return LanguageDetector(
+        languages,
+        reference=settings.reference_languages,
+        unsupported_confidence=settings.unsupported_confidence,
+    )
 
 
 def accuracy(

@@ -94,6 +94,17 @@ class Router:
                     worker=self._worker,
                 )
                 return Outgoing.for_result(result, headers, "unsupported", request.reply_to)
+            if not found.supported:
+                result = TranslationResult.for_request(
+                    request,
+                    status="error",
+                    error=f"the text is detected as {found.language} (confidence "
+                    f"{found.confidence:.2f}), which no model translates into "
+                    f"{request.target_lang}; send its source_lang if it is another language",
+                    reason="unsupported_source",
+                    worker=self._worker,
+                )
+                return Outgoing.for_result(result, headers, "unsupported", request.reply_to)
             detected = SourceDetection(language=found.language, confidence=found.confidence)
             request = request.model_copy(
                 update={"source_lang": found.language, "detected": detected}

@@ -771,6 +771,39 @@ class BatchingSettings(_Section):
         return self.p95_ms.get(pair_id, self.default_p95_ms)
 
 
+# widely used languages, by ISO 639-1 code: the default reference languages of detection
+REFERENCE_LANGUAGES = (
+    *("ar", "bn", "cs", "de", "el", "en", "es", "fa", "fr", "he", "hi", "hu", "id", "it"),
+    *("ja", "ko", "nl", "pl", "pt", "ro", "ru", "sv", "th", "tr", "uk", "ur", "vi", "zh"),
+)
+
+
+class DetectionSettings(_Section):
+    # languages weighed beside the served ones when a source language is detected
+    # (ISO 639-1 codes; lingua's low-accuracy models, about 40 MB for these), so a text
+    # in one of them is reported as that language, not as the nearest served one;
+    # [] weighs the served languages only
+    reference_languages: list[str] = Field(default_factory=lambda: list(REFERENCE_LANGUAGES))
+    # a text at least this likely in a language no model translates from is refused
+    # as an unsupported source (below it, the most likely served language is used)
+    unsupported_confidence: float = Field(0.5, gt=0, le=1)
+
+    @field_validator("reference_languages")
+    @classmethod
+    def _known_languages(cls, value: list[str]) -> list[str]:
+        from lingua import IsoCode639_1
+
+        unknown = []
+        for code in value:
+            try:
+                IsoCode639_1.from_str(code)
+            except ValueError:
+                unknown.append(code)
+        if unknown:
+            raise ValueError(f"not ISO 639-1 codes lingua knows: {', '.join(unknown)}")
+        return value
+
+
 class GatewaySettings(_Section):
     """The LibreTranslate-compatible HTTP gateway (``babelstream gateway``).
 
@@ -993,6 +1026,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = WorkerSettings()
     batching: BatchingSettings = BatchingSettings()
     fidelity: FidelitySettings = FidelitySettings()
+    detection: DetectionSettings = DetectionSettings()
     tenants: TenantSettings = TenantSettings()
     replies: ReplySettings = ReplySettings()
     bulk: BulkSettings = BulkSettings()

@@ -31,7 +31,7 @@ from pipeline.contract.messages import (
     tenant_label,
 )
 from pipeline.control.quotas import QuotaLimiter
-from pipeline.detect import Detection, LanguageDetector
+from pipeline.detect import Detection, detector_for
 from pipeline.engine.registry import Registry
 from pipeline.gateway.call_store import PendingCall, ResultStore
 from pipeline.gateway.calls import (
@@ -110,7 +110,7 @@ class Gateway:
         self.settings = settings
         self.process = process
         self.languages = Languages.from_registry(Registry.load(settings.engine.registry))
-        self.detector = LanguageDetector(self.languages.tags)
+        self.detector = detector_for(self.languages.tags, settings.detection)
         self.instance = settings.gateway.instance_id or default_instance(settings)
         self._redis = async_redis_client(settings.redis, timeout_s=settings.gateway.redis_timeout_s)
         prefix = settings.redis.key_prefix
@@ -160,18 +160,30 @@ class Gateway:
     # -- detection ------------------------------------------------------------------------
 
     def detect(self, texts: Sequence[str], among: Sequence[str] | None = None) -> list[Detection]:
-        """Each text on its own; an undetected one gets the default source, confidence 0."""
+        """Each text on its own; an undetected one gets the default source, confidence 0.
+
+        A text in a language no candidate is is refused as LibreTranslate refuses an
+        unsupported source (400), naming the language and how sure the detector is.
+        """
         candidates = list(among) if among is not None else list(self.languages.tags)
         fallback = self.settings.gateway.default_source
         if fallback not in candidates:
             fallback = candidates[0]
-        return [
-            d if d.language is not None else Detection(fallback, 0.0)
-            for d in self.detector.detect_each(texts, candidates)
-        ]
+        found = self.detector.detect_each(texts, candidates)
+        for number, d in enumerate(found, 1):
+            if not d.supported:
+                which = f" (text {number})" if len(texts) > 1 else ""
+                raise ApiError(
+                    400,
+                    f"{d.language} is not supported: the text{which} is detected as "
+                    f"{d.language} (confidence {d.confidence * 100:.1f}); no model here "
+                    "translates it",
+                )
+        return [d if d.language is not None else Detection(fallback, 0.0) for d in found]
 
     def ranked(self, text: str) -> list[dict[str, Any]]:
-        """``POST /detect`` for one text: candidates best first (LibreTranslate's shape)."""
+        """``POST /detect`` for one text: candidates best first (LibreTranslate's shape),
+        a language no model translates from included when the text is most likely in it."""
         found = self.detector.ranked(text)
         if not found:
             return [{"confidence": 0.0, "language": self.settings.gateway.default_source}]

@@ -199,6 +199,22 @@ def test_mastodon_shape(gateway: GatewayProcess) -> None:
     assert answer.headers["access-control-allow-origin"] == "*"
 
 
+def test_a_text_in_a_language_no_model_translates_is_refused_not_called_english(
+    gateway: GatewayProcess,
+) -> None:
+    # detection restricted to the served languages called this English, confidence 100
+    text = "Привет, как дела?"
+    detected = post(gateway, "/detect", data={"q": text})
+    assert detected.status_code == 200
+    best = detected.json()[0]
+    assert best["language"] == "ru" and best["confidence"] >= 50, detected.json()
+    answer = post(gateway, "/translate", json={"q": text, "source": "auto", "target": "en-XA"})
+    assert answer.status_code == 400
+    assert answer.json()["error"].startswith("ru is not supported"), answer.json()
+    english = post(gateway, "/detect", data={"q": "Where is the train station?"}).json()[0]
+    assert english["language"] == "en" and 50 <= english["confidence"] < 100
+
+
 def test_discourse_shape(gateway: GatewayProcess) -> None:
     # Discourse: form bodies, /detect first (reads [0]["language"]), then /translate as HTML
     text = to_pseudo("Thanks for the quick reply!")

@@ -38,6 +38,15 @@ def _fingerprint(model: ModelEntry) -> str:
     )
 
 
+def served_model_id(model: ModelEntry, backend: str) -> str:
+    """What cache digests and results name: the model, its weights' fingerprint, and the
+    backend when it is not a real engine. The echo engine's answers are its source texts:
+    under the real engine's digests they would answer real workers' requests from the
+    shared cache."""
+    served = f"{model.model_id}@{_fingerprint(model)}"
+    return served if backend == "ctranslate2" else f"{served}+{backend}"
+
+
 def subscription_id(models: list[str], with_router: bool) -> str:
     """A short digest of what a worker consumes (its models, and the ingress or not).
 
@@ -188,7 +197,7 @@ def worker(
         ctx,
         served,
         deployment,
-        SourceDetector(registry.languages(), registry.sources_for),
+        SourceDetector(registry.languages(), registry.sources_for, settings.detection),
         app_id=app_id,
         with_router=with_router,
         instance_id=instance_id,
@@ -251,7 +260,7 @@ def _served_models(
     served = [
         ServedModel(
             model,
-            f"{model.model_id}@{_fingerprint(model)}",
+            served_model_id(model, settings.engine.backend),
             translator,
             compute_type=translator.compute_type(model.any_entry().pair),
         )

@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.detect import UNKNOWN, Detection, LanguageDetector, accuracy, language_name
+from pipeline.detect import (
+    UNKNOWN,
+    Detection,
+    LanguageDetector,
+    accuracy,
+    detector_for,
+    language_name,
+)
 from pipeline.pseudo_locale import to_pseudo
+from pipeline.settings import DetectionSettings
 
 SAMPLES_FILE = Path(__file__).parents[2] / "data" / "detect_short_texts.tsv"
 
@@ -98,3 +106,57 @@ def test_language_names() -> None:
     assert language_name("pt-BR") == "Portuguese"
     assert language_name("en-XA") == "English"
     assert language_name("xx") is None
+
+
+@pytest.fixture(scope="module")
+def demo_beside_reference() -> LanguageDetector:
+    return detector_for(["en", "en-XA"], DetectionSettings())
+
+
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("Привет, как дела?", "ru"),
+        ("你好，世界", "zh"),
+        ("مرحبا بالعالم", "ar"),
+        ("Bonjour tout le monde, comment allez-vous ?", "fr"),
+        ("Guten Tag, wie geht es Ihnen?", "de"),
+    ],
+)
+def test_a_text_in_a_language_no_model_serves_is_reported_in_it(
+    demo_beside_reference: LanguageDetector, text: str, language: str
+) -> None:
+    # restricted to the served languages these were all English, confidence 1
+    found = demo_beside_reference.detect(text)
+    assert (found.language, found.supported) == (language, False)
+    assert found.confidence >= 0.5
+    assert demo_beside_reference.ranked(text)[0] == found
+
+
+def test_short_english_stays_english_beside_the_reference_languages(
+    demo_beside_reference: LanguageDetector,
+) -> None:
+    english = [text for tag, text in SAMPLES if tag == "en"]
+    found = demo_beside_reference.detect_each([*english, "Hello world, 42 times!"])
+    assert {(d.language, d.supported) for d in found} == {("en", True)}
+    # a confidence against the likeliest other language, not 1 for the only candidate
+    assert min(d.confidence for d in found) < 1.0
+
+
+def test_short_texts_are_detected_accurately_beside_the_reference_languages() -> None:
+    detector = detector_for({tag for tag, _ in SAMPLES}, DetectionSettings())
+    overall, per_language = accuracy(detector, SAMPLES)
+    assert overall >= 0.95, per_language
+    assert min(per_language.values()) >= 0.85, per_language
+
+
+def test_below_the_threshold_the_likeliest_served_language_is_the_answer() -> None:
+    sure = detector_for(["en", "en-XA"], DetectionSettings(unsupported_confidence=1.0))
+    found = sure.detect("Bonjour tout le monde, comment allez-vous ?")
+    assert (found.language, found.supported) == ("en", True)
+    assert found.confidence < 0.5
+
+
+def test_reference_languages_are_iso_codes_lingua_knows() -> None:
+    with pytest.raises(ValueError, match="not ISO 639-1 codes lingua knows: xx"):
+        DetectionSettings(reference_languages=["fr", "xx"])

@@ -184,3 +184,17 @@ def test_a_request_for_auto_is_routed_by_its_detected_language() -> None:
         "language_not_detected",
     )
     assert result.source_lang == "auto"
+
+
+def test_a_request_for_auto_in_a_language_no_model_translates_is_answered_unsupported() -> None:
+    router = Router(
+        model_of, LimitSettings(), detect=lambda text, target: Detection("ru", 0.99, False)
+    )
+    (out,) = router.route(None, request(source_lang="auto", text="Привет, как дела?"), REF, [])
+    result = TranslationResult.from_json(out.value)
+    assert (out.kind, result.status, result.reason) == (
+        "unsupported",
+        "error",
+        "unsupported_source",
+    )
+    assert result.error is not None and "detected as ru (confidence 0.99)" in result.error
