@@ -535,16 +535,33 @@ def metrics_page() -> str:
         "The alert rules built on them: [Alert rules](alerts.md).",
         "",
     ]
+    declared = declared_metrics(metrics)
+    worker = [m for m in declared if not m._name.startswith(metrics.GATEWAY_PREFIX)]
+    gateway = [m for m in declared if m._name.startswith(metrics.GATEWAY_PREFIX)]
+    out += [_metrics_table(worker), ""]
+    out += [
+        "## The gateway's",
+        "",
+        "`babelstream gateway` serves these at `GET /metrics` on its own port when "
+        "`gateway.metrics` is on (LibreTranslate's `--metrics`; a bearer token with "
+        "`gateway.metrics_auth_token`), every process of the gateway together.",
+        "",
+        _metrics_table(gateway),
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _metrics_table(declared: list[MetricWrapperBase]) -> str:
     rows = []
-    for metric in declared_metrics(metrics):
+    for metric in declared:
         labels = ", ".join(f"`{label}`" for label in metric._labelnames) or "—"
         meaning = cell(metric._documentation)
         if isinstance(metric, Histogram):
             bounds = [b for b in metric._upper_bounds if b != float("inf")]
             meaning += " Buckets: " + ", ".join(f"{b:g}" for b in bounds) + "."
         rows.append([f"`{exposition_name(metric)}`", _metric_kind(metric), labels, meaning])
-    out += [table(["metric", "type", "labels", "meaning"], rows), ""]
-    return "\n".join(out)
+    return table(["metric", "type", "labels", "meaning"], rows)
 
 
 # --- alert rules -------------------------------------------------------------------------

@@ -816,12 +816,18 @@ class GatewaySettings(_Section):
     port: int = Field(5000, ge=0, le=65535)
     # server processes; each has its own Kafka producer and reply topic
     workers: int = Field(1, ge=1, le=64)
-    # GET /health also on this port (process i: health_port + i), answered by a thread
-    # from the event loop's heartbeat, so a liveness probe is answered at once however busy
-    # the loop is; None: only on the main port, behind the calls
+    # GET /health also on this port (process i: health_port + i), answered by a small
+    # process of its own from the event loop's heartbeat, so a liveness probe is answered at
+    # once however busy the loop is; None: only on the main port, behind the calls
     health_port: int | None = Field(None, ge=1, le=65535)
     # that /health answers 503 when the event loop has not run for this long (stuck, not busy)
     health_stall_s: float = Field(10.0, gt=0)
+    # GET /metrics: the gateway's Prometheus metrics, every process together
+    # (LibreTranslate's --metrics); off: 404
+    metrics: bool = False
+    # GET /metrics needs "Authorization: Bearer <this>" (LibreTranslate's
+    # --metrics-auth-token); None: open to whoever reaches the port
+    metrics_auth_token: str | None = None
     # names this gateway's reply topics (<replies.prefix>gateway.<instance>.<process>) and the
     # group that commits their offsets, so a restarted gateway resumes where it stopped;
     # default: <hostname>-<port>. Two live gateways must not share it.

@@ -13,8 +13,10 @@ not have are marked ``x-babelstream-extension`` in the spec.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
@@ -24,8 +26,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Mount, Route
 
 from pipeline.contract.messages import Headers
 from pipeline.gateway.calls import (
@@ -42,6 +46,7 @@ from pipeline.gateway.files import FileJobs
 from pipeline.gateway.health import LoopHealth
 from pipeline.gateway.languages import display_name
 from pipeline.gateway.service import TRACE_HEADERS, Gateway
+from pipeline.observability import metrics
 from pipeline.settings import GatewaySettings, Settings
 
 log = logging.getLogger(__name__)
@@ -344,6 +349,38 @@ def _valid_unicode(fields: dict[str, Any]) -> bool:
     return True
 
 
+class Observed:
+    """ASGI middleware: each HTTP call counted and timed by route and status
+    (``babelstream_gateway_*``, served at ``GET /metrics``)."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the caller gets when the app ends before answering
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        metrics.GATEWAY_CALLS_IN_FLIGHT.inc()
+        try:
+            await self._app(scope, receive, observed)
+        finally:
+            metrics.GATEWAY_CALLS_IN_FLIGHT.dec()
+            # the route's template, never the path itself: ids in paths are unbounded labels
+            route = scope.get("route")
+            name = route.path if isinstance(route, Route | Mount) else "unmatched"
+            metrics.GATEWAY_CALLS.labels(name, str(status)).inc()
+            metrics.GATEWAY_CALL_SECONDS.labels(name).observe(time.perf_counter() - started)
+
+
 def _trace_headers(request: Request) -> Headers:
     return [
         (name, request.headers[name].encode()) for name in TRACE_HEADERS if name in request.headers
@@ -404,6 +441,7 @@ def create_app(settings: Settings, process: int = 0) -> FastAPI:
         app, [TranslateBody, TranslateForm, DetectBody, SuggestBody, FileForm], _examples(gateway)
     )
     app.add_middleware(Cors)
+    app.add_middleware(Observed)  # outermost: it also sees what Cors answered
     return app
 
 
@@ -614,6 +652,18 @@ def _add_misc_routes(
     @app.get("/health", tags=["misc"], summary="Health Check")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics", tags=["misc"], summary="Prometheus Metrics", include_in_schema=False)
+    async def prometheus_metrics(request: Request) -> Response:
+        if not limits.metrics:
+            raise ApiError(404, "Not Found")
+        token = limits.metrics_auth_token
+        given = request.headers.get("authorization", "")
+        if token is not None and not hmac.compare_digest(
+            given.encode(), f"Bearer {token}".encode()
+        ):
+            raise ApiError(401, "Unauthorized", headers={"WWW-Authenticate": "Bearer"})
+        return Response(metrics.gateway_exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get(
         "/babelstream/gateway",

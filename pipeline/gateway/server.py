@@ -3,15 +3,20 @@
 With ``gateway.workers`` above 1 the parent binds the port once and starts
 that many processes serving the same socket; process *i* has its own Kafka
 producer and its own reply topic (``...gateway.<instance>.<i>``), the same
-one after a restart. The parent stops them on SIGTERM or Ctrl-C.
+one after a restart. The parent stops them on SIGTERM or Ctrl-C. With
+``gateway.metrics`` on they share a folder of metric values, so whichever
+answers ``GET /metrics`` answers for all.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
+import tempfile
 from types import FrameType
 
 import uvicorn
@@ -64,6 +69,7 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     if workers == 1:
         uvicorn.Server(_config(settings, 0)).run(sockets=[sock])
         return
+    folder = _metrics_folder() if settings.gateway.metrics else None
     context = multiprocessing.get_context("spawn")
     children = [
         context.Process(target=_serve, args=(settings, i, sock), name=f"gateway-{i}")
@@ -81,3 +87,14 @@ def serve(settings: Settings, sock: socket.socket) -> None:
     signal.signal(signal.SIGINT, stop)
     for child in children:
         child.join()
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _metrics_folder() -> str:
+    """A fresh folder for the processes' metric values (prometheus_client's multiprocess
+    mode), named to the processes before they start: any of them answers ``/metrics``
+    for all."""
+    folder = tempfile.mkdtemp(prefix="babelstream-gateway-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    return folder

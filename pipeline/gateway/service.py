@@ -46,6 +46,7 @@ from pipeline.gateway.calls import (
 from pipeline.gateway.keys import KeyLookup
 from pipeline.gateway.languages import Languages
 from pipeline.gateway.link import KafkaLink, KafkaUnavailable, reply_topic_name
+from pipeline.observability import metrics
 from pipeline.settings import Settings, TenantSettings
 from pipeline.storage.redis_client import async_redis_client
 
@@ -210,6 +211,10 @@ class Gateway:
             for text, source in zip(call.texts, sources, strict=True)
         ]
         self.stats.texts += len(call.texts)
+        metrics.GATEWAY_TEXTS.labels("auto" if call.source == AUTO else "given").inc(
+            len(call.texts)
+        )
+        metrics.GATEWAY_CHARACTERS.inc(sum(len(text) for text in call.texts))
         todo = [i for i, k in enumerate(known) if k is None]
         if not todo:
             return answer(call, [k or "" for k in known], detected)

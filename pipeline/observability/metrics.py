@@ -1,13 +1,17 @@
-"""Prometheus metrics of a worker: every metric name is declared here, and only here.
+"""Prometheus metrics of a worker and of the gateway: every metric name is declared here,
+and only here.
 
-Workers serve them at ``/metrics`` on ``observability.metrics_port`` (9464
-by default). Labels use pair ids (``en_de``), the same ids as topics and
-config. Metrics live in their own :data:`REGISTRY`, so tests and embedding
-processes do not collide with ``prometheus_client``'s global one.
+Workers serve theirs at ``/metrics`` on ``observability.metrics_port`` (9464
+by default); the gateway serves its own (``babelstream_gateway_*``, in
+:data:`GATEWAY_REGISTRY`) at ``GET /metrics`` on its port. Labels use pair
+ids (``en_de``), the same ids as topics and config. Metrics live in registries
+of their own, so tests and embedding processes do not collide with
+``prometheus_client``'s global one.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -19,8 +23,11 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
     start_http_server,
 )
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from pipeline.contract.messages import DEFAULT_TENANT, TranslationResult
 
@@ -268,6 +275,49 @@ METRIC_NAMES: tuple[str, ...] = (
     "babelstream_batching_knob",
 )
 
+# The gateway's own (``babelstream gateway``, GET /metrics with ``gateway.metrics`` on), in a
+# registry of their own: a gateway serves these, a worker the ones above.
+GATEWAY_REGISTRY = CollectorRegistry(auto_describe=True)
+GATEWAY_PREFIX = "babelstream_gateway_"
+GATEWAY_CALLS = Counter(
+    "babelstream_gateway_calls",
+    "HTTP calls the gateway answered, by route (its path template; unmatched: no route) "
+    "and status.",
+    ["route", "status"],
+    registry=GATEWAY_REGISTRY,
+)
+GATEWAY_CALL_SECONDS = Histogram(
+    "babelstream_gateway_call_seconds",
+    "Seconds from a call's arrival to its answer, by route.",
+    ["route"],
+    buckets=LATENCY_BUCKETS,
+    registry=GATEWAY_REGISTRY,
+)
+GATEWAY_CALLS_IN_FLIGHT = Gauge(
+    "babelstream_gateway_calls_in_flight",
+    "Calls being answered now (every process of the gateway together).",
+    multiprocess_mode="livesum",
+    registry=GATEWAY_REGISTRY,
+)
+GATEWAY_TEXTS = Counter(
+    "babelstream_gateway_texts",
+    "Texts of /translate calls (a list counts each), by source: given, or auto.",
+    ["source"],
+    registry=GATEWAY_REGISTRY,
+)
+GATEWAY_CHARACTERS = Counter(
+    "babelstream_gateway_characters",
+    "Characters of /translate calls, as char_limit counts them.",
+    registry=GATEWAY_REGISTRY,
+)
+GATEWAY_METRIC_NAMES: tuple[str, ...] = (
+    "babelstream_gateway_calls_total",
+    "babelstream_gateway_call_seconds",
+    "babelstream_gateway_calls_in_flight",
+    "babelstream_gateway_texts_total",
+    "babelstream_gateway_characters_total",
+)
+
 
 def record_batch(
     model: str, stats: BatchStats, results: Iterable[TranslationResult], duration_s: float
@@ -391,6 +441,34 @@ class TotalTracker:
 def exposition() -> bytes:
     """The registry in Prometheus text format (what ``/metrics`` serves)."""
     return generate_latest(REGISTRY)
+
+
+def gateway_exposition() -> bytes:
+    """The gateway's metrics in Prometheus text format, of every process of the gateway.
+
+    With several processes (``gateway.workers``) each writes its values to the folder
+    named by ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multiprocess mode) and any
+    of them answers for all; one process answers from its own registry.
+    """
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder:
+        return generate_latest(GATEWAY_REGISTRY)
+    merged = CollectorRegistry()
+    collector = multiprocess.MultiProcessCollector(None, path=folder)  # type: ignore[no-untyped-call]
+    merged.register(_Named(collector, GATEWAY_PREFIX))
+    return generate_latest(merged)
+
+
+class _Named(Collector):
+    """The families of another collector whose names start with ``prefix`` (a gateway's
+    processes also hold the worker metrics this module declares, never set there)."""
+
+    def __init__(self, inner: Collector, prefix: str) -> None:
+        self._inner = inner
+        self._prefix = prefix
+
+    def collect(self) -> Iterable[Metric]:
+        return [m for m in self._inner.collect() if m.name.startswith(self._prefix)]
 
 
 def start_metrics_server(host: str, port: int) -> tuple[WSGIServer, threading.Thread]:

@@ -810,3 +810,59 @@ def test_health_on_its_own_port_tells_a_stuck_loop_from_a_busy_one(
             break
         assert time.monotonic() < deadline, "the /health process outlived its gateway"
         time.sleep(0.2)
+
+
+def test_metrics_count_every_process_s_calls_behind_a_bearer_token(
+    settings: Settings, worker: WorkerProcess, files_dir: Path
+) -> None:
+    token = uuid.uuid4().hex
+    env = {
+        **gateway_env(files_dir, f"test-metrics-{uuid.uuid4().hex[:6]}"),
+        "BABELSTREAM_GATEWAY__WORKERS": "2",
+        "BABELSTREAM_GATEWAY__METRICS": "true",
+        "BABELSTREAM_GATEWAY__METRICS_AUTH_TOKEN": token,
+    }
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-metrics.log", env=env) as g:
+        calls = 24
+
+        def translate(n: int) -> int:
+            call = {"q": f"Counted call number {n}.", "source": "en", "target": "en-XA"}
+            return post(g, "/translate", json=call).status_code
+
+        # at once, so both processes take some: each counts only its own
+        with concurrent.futures.ThreadPoolExecutor(calls) as pool:
+            assert list(pool.map(translate, range(calls))) == [200] * calls
+        texts_by_process: dict[int, int] = {}
+        for _ in range(40):
+            status = requests.get(f"{g.url}/babelstream/gateway", timeout=10).json()
+            texts_by_process[status["process"]] = status["texts"]
+        assert sorted(texts_by_process) == [0, 1] and 0 < texts_by_process[0] < calls
+        assert post(g, "/translate", json={"q": "x", "source": "en"}).status_code == 400
+        assert requests.get(f"{g.url}/download_file/nothing", timeout=10).status_code == 400
+        assert requests.get(f"{g.url}/metrics", timeout=10).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert requests.get(f"{g.url}/metrics", headers=wrong, timeout=10).status_code == 401
+        # several scrapes: whichever process answers, it answers for both
+        for _ in range(4):
+            scraped = requests.get(
+                f"{g.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10
+            )
+            assert scraped.status_code == 200
+            samples = {
+                line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in scraped.text.splitlines()
+                if line and not line.startswith("#")
+            }
+            ok = 'babelstream_gateway_calls_total{route="/translate",status="200"}'
+            assert samples[ok] == calls, scraped.text
+            assert samples['babelstream_gateway_calls_total{route="/translate",status="400"}'] == 1
+            assert samples['babelstream_gateway_texts_total{source="given"}'] == calls
+            assert (
+                samples['babelstream_gateway_call_seconds_count{route="/translate"}'] == calls + 1
+            )
+            # an id in a path is never a label
+            assert not any("nothing" in name for name in samples)
+            assert not any(name.startswith("babelstream_requests") for name in samples)
+    plain = {**gateway_env(files_dir, f"test-nometrics-{uuid.uuid4().hex[:6]}")}
+    with GatewayProcess(settings, log_path=LOGS / "test-gateway-metrics.log", env=plain) as g:
+        assert requests.get(f"{g.url}/metrics", timeout=10).status_code == 404
