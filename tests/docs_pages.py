@@ -110,3 +110,72 @@ def babelstream_invocations(text: str) -> list[list[str]]:
             else:
                 segment.append(token)
     return commands
+
+
+# --- command samples and the output they show ---------------------------------------------
+
+# a shell block followed by the text block of its output
+_SAMPLE = re.compile(r"^```sh\n((?:(?!```).)*?)^```\n\n```text\n(.*?)^```", re.M | re.S)
+# an output block that opens with the command typed at a prompt: "$ command" then its output
+_TRANSCRIPT = re.compile(r"^```\n\$ ([^\n]*)\n(.*?)^```", re.M | re.S)
+# in an expected output, a line of its own standing for any lines (none included)
+ELLIPSIS = "..."
+# what differs from run to run, or machine to machine, in order: the project's folder
+# (pages say /path/to/babelstream), ids and digests, a Kafka cluster's id, a result's
+# cache level and worker, then every number
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(re.escape(str(PROJECT_ROOT))), "/path/to/babelstream"),
+    (re.compile(r"\b(?=[0-9a-f]*\d)[0-9a-f]{12,}\b"), "<id>"),
+    (re.compile(r"\bcluster [A-Za-z0-9_-]{22}\b"), "cluster <id>"),
+    (re.compile(r'"cache":"[a-z0-9]+"'), '"cache":"<cache>"'),
+    (re.compile(r'"worker":"[^"]*"'), '"worker":"<worker>"'),
+    (re.compile(r"\d+(?:\.\d+)?"), "N"),
+)
+
+
+@dataclass(frozen=True)
+class CommandSample:
+    """Commands a page shows and the output it shows for them."""
+
+    commands: str
+    expected: str
+    page: str
+
+
+def command_samples(page: Path) -> list[CommandSample]:
+    """The page's samples: each shell block followed by a ``text`` block (its output),
+    and each output block opening with ``$ command``, in page order."""
+    text = page.read_text(encoding="utf-8")
+    name = str(page.relative_to(PROJECT_ROOT) if page.is_relative_to(PROJECT_ROOT) else page)
+    found = [(m.start(), m.group(1), m.group(2)) for m in _SAMPLE.finditer(text)]
+    found += [(m.start(), m.group(1) + "\n", m.group(2)) for m in _TRANSCRIPT.finditer(text)]
+    return [CommandSample(c, e, name) for _, c, e in sorted(found)]
+
+
+def masked(text: str) -> str:
+    """``text`` with what differs between runs replaced (:data:`_MASKS`), line ends trimmed."""
+    for pattern, replacement in _MASKS:
+        text = pattern.sub(replacement, text)
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+
+def output_differs(expected: str, actual: str) -> str | None:
+    """None when ``actual`` prints what ``expected`` shows, both masked, an
+    :data:`ELLIPSIS` line standing for any lines; else the first line that differs."""
+    want, got = masked(expected).splitlines(), masked(actual).splitlines()
+
+    def match(i: int, j: int) -> bool:
+        if i == len(want):
+            return j == len(got)
+        if want[i] == ELLIPSIS:
+            return any(match(i + 1, k) for k in range(j, len(got) + 1))
+        return j < len(got) and want[i] == got[j] and match(i + 1, j + 1)
+
+    if match(0, 0):
+        return None
+    for i, line in enumerate(want):
+        if line != ELLIPSIS and line not in got:
+            return f"expected line {i + 1} not printed: {line!r}\nprinted (masked):\n" + "\n".join(
+                got
+            )
+    return "the lines are printed in another order, or more were printed:\n" + "\n".join(got)

@@ -1,0 +1,70 @@
+"""The command samples of Getting started and Troubleshooting print what the pages show.
+
+Each sample (a shell block followed by its output, or an output block opening
+with ``$ command``) runs as a user types it, in page order in one scratch
+folder whose ``.venv`` is this one, against the real stack and a worker on
+the demo model. Its output, standard error included, must match the page's,
+both masked (ids, figures, the project's folder, a result's cache level and
+worker: ``tests/docs_pages.py``), a ``...`` line standing for any lines. So a
+changed message or a changed command fails here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.settings import PROJECT_ROOT
+from pipeline.stack.local_worker import WorkerProcess
+from pipeline.stack.manager import Endpoints
+from tests.docs_pages import DOCS, CommandSample, command_samples, output_differs
+from tests.integration.test_docs_commands import VENV
+
+pytestmark = pytest.mark.integration
+
+PAGES = (DOCS / "getting-started.md", DOCS / "troubleshooting.md")
+SAMPLES = [sample for page in PAGES for sample in command_samples(page)]
+
+
+@pytest.fixture(scope="module")
+def worker(stack: Endpoints) -> Iterator[WorkerProcess]:
+    """A worker of every registry pair, in the default group, on free ports."""
+    log = PROJECT_ROOT / "var" / "log" / "test-docs-samples-worker.log"
+    with WorkerProcess(stack.settings, log_path=log) as w:
+        yield w
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for a page's samples (a later one reads what an earlier one wrote)."""
+    folder = tmp_path_factory.mktemp("docs-samples")
+    (folder / ".venv").symlink_to(VENV)
+    return folder
+
+
+def test_the_pages_show_samples() -> None:
+    by_page = {page: command_samples(page) for page in PAGES}
+    assert len(by_page[DOCS / "getting-started.md"]) >= 6
+    assert by_page[DOCS / "troubleshooting.md"]
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[f"{s.page}-{i}" for i, s in enumerate(SAMPLES)])
+def test_each_sample_prints_what_its_page_shows(
+    sample: CommandSample, worker: WorkerProcess, scratch: Path
+) -> None:
+    commands = sample.commands.replace("127.0.0.1:6066", f"127.0.0.1:{worker.web_port}")
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", commands],
+        cwd=scratch,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=180,
+    )
+    differs = output_differs(sample.expected, result.stdout)
+    assert differs is None, f"{sample.page}: `{commands.splitlines()[0]}`: {differs}"
