@@ -822,6 +822,16 @@ class GatewaySettings(_Section):
     health_port: int | None = Field(None, ge=1, le=65535)
     # that /health answers 503 when the event loop has not run for this long (stuck, not busy)
     health_stall_s: float = Field(10.0, gt=0)
+    # calls per minute one caller may make to /translate, /detect and /translate_file:
+    # per API key (a key's own req_limit, `keys add --req-limit`, takes its place), else
+    # per client address (LibreTranslate's --req-limit); None: no limit. Counted in Redis
+    # for every process; 429 "Slowdown: ..." beyond
+    req_limit: int | None = Field(None, ge=1)
+    # the same per day (LibreTranslate's --daily-req-limit)
+    daily_req_limit: int | None = Field(None, ge=1)
+    # proxies whose X-Forwarded-For names the client (uvicorn's forwarded_allow_ips): the
+    # address req_limit counts by; "*" trusts every peer
+    forwarded_allow_ips: str = "127.0.0.1"
     # GET /metrics: the gateway's Prometheus metrics, every process together
     # (LibreTranslate's --metrics); off: 404
     metrics: bool = False

@@ -464,10 +464,18 @@ def _add_error_handlers(app: FastAPI, gateway: Gateway) -> None:
         return JSONResponse({"error": f"Invalid request: {where}: {first['msg']}"}, status_code=400)
 
 
-async def _tenant(gateway: Gateway, fields: dict[str, Any]) -> str:
-    """The tenant of the call's ``api_key`` (refused when a key is required and unknown)."""
+async def _caller(
+    gateway: Gateway, request: Request, fields: dict[str, Any]
+) -> tuple[str, GatewaySettings]:
+    """The tenant of the call's ``api_key`` (refused when a key is required and unknown)
+    and the limits the call is held to, once it is counted against its caller's calls
+    per minute and per day (429 beyond)."""
     # a number is a key too (LibreTranslate reads it as its digits): unknown, so 403
-    return await gateway.tenant(text_field(fields, "api_key"))
+    key = await gateway.key(text_field(fields, "api_key"))
+    # the client's address, or the one a trusted proxy names (gateway.forwarded_allow_ips)
+    await gateway.admit(key, request.client.host if request.client else "unknown")
+    tenant = key.tenant if key is not None else gateway.settings.gateway.anonymous_tenant
+    return tenant, gateway.limits_for(key)
 
 
 def _add_text_routes(app: FastAPI, gateway: Gateway, limits: GatewaySettings) -> None:
@@ -484,8 +492,8 @@ def _add_text_routes(app: FastAPI, gateway: Gateway, limits: GatewaySettings) ->
     )
     async def translate(request: Request) -> JSONResponse:
         fields, is_json = await read_fields(request, limits.max_body_bytes)
-        tenant = await _tenant(gateway, fields)
-        call = parse_translate(fields, is_json, limits, gateway.languages)
+        tenant, call_limits = await _caller(gateway, request, fields)
+        call = parse_translate(fields, is_json, call_limits, gateway.languages)
         body = await gateway.translate(call, tenant, _trace_headers(request))
         gateway.stats.count(200)
         return JSONResponse(body)
@@ -520,10 +528,10 @@ def _add_text_routes(app: FastAPI, gateway: Gateway, limits: GatewaySettings) ->
     )
     async def detect(request: Request) -> list[DetectedLanguage]:
         fields, is_json = await read_fields(request, limits.max_body_bytes)
-        await _tenant(gateway, fields)
+        _, call_limits = await _caller(gateway, request, fields)
         if fields.get("q") in (None, "", []):
             raise missing("q")
-        texts, as_list = parse_q(fields, is_json, limits)
+        texts, as_list = parse_q(fields, is_json, call_limits)
         if as_list:  # extension: one answer per text, each text on its own
             found = gateway.detect(texts)
             return [
@@ -566,7 +574,7 @@ def _add_file_routes(
             raise ApiError(403, FILES_DISABLED)
         form = await request.form()
         fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
-        tenant = await _tenant(gateway, fields)
+        tenant, _ = await _caller(gateway, request, fields)
         upload = form.get("file")
         status, body = await files.translate(upload, fields, tenant, str(request.base_url))
         return JSONResponse(body, status_code=status)

@@ -3,7 +3,8 @@
 A key is shown once, when it is made (``babelstream keys add --tenant T``);
 Redis keeps only its SHA-256 digest, in one hash
 (``<prefix>:gateway:keys``: digest -> JSON ``{id, tenant, label,
-created_at}``). The ``id`` (the digest's first 12 hex digits) names a key
+created_at, req_limit, char_limit}``; the limits are LibreTranslate's per-key
+ones, None for the gateway's defaults). The ``id`` (the digest's first 12 hex digits) names a key
 in listings and to ``keys revoke`` without revealing it. A call's quota
 and fair-share weight are its tenant's (``tenants.*`` settings).
 """
@@ -55,6 +56,9 @@ class KeyInfo:
     tenant: str
     label: str | None
     created_at: int
+    # the key's calls per minute and characters per call (None: the gateway's)
+    req_limit: int | None = None
+    char_limit: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -71,13 +75,19 @@ class KeyStore:
         self._client = client
         self._hash = hash_name(key_prefix)
 
-    def add(self, tenant: str, label: str | None = None) -> tuple[str, KeyInfo]:
+    def add(
+        self,
+        tenant: str,
+        label: str | None = None,
+        req_limit: int | None = None,
+        char_limit: int | None = None,
+    ) -> tuple[str, KeyInfo]:
         """A new key for ``tenant``: (the key, shown only now, and what is stored)."""
         if not TENANT.fullmatch(tenant):
             raise ApiKeyError(f"tenant must be 1-{TENANT_MAX} of A-Z a-z 0-9 . _ -, got {tenant!r}")
         api_key = KEY_PREFIX + secrets.token_urlsafe(24)
         hashed = digest(api_key)
-        info = KeyInfo(hashed[:ID_LENGTH], tenant, label, now_ms())
+        info = KeyInfo(hashed[:ID_LENGTH], tenant, label, now_ms(), req_limit, char_limit)
         self._client.hset(self._hash, hashed, json.dumps(info.to_dict()))
         return api_key, info
 
@@ -101,18 +111,19 @@ class KeyStore:
 
 
 class KeyLookup:
-    """Key -> tenant for the gateway (asyncio), with hits and misses cached ``cache_s``."""
+    """Key -> what is stored about it, for the gateway (asyncio), with hits and misses
+    cached ``cache_s``."""
 
     def __init__(self, client: redis.asyncio.Redis, key_prefix: str, cache_s: float) -> None:
         self._client = client
         self._hash = hash_name(key_prefix)
-        self._cache: TTLCache[str, str | None] | None = (
+        self._cache: TTLCache[str, KeyInfo | None] | None = (
             TTLCache(maxsize=10_000, ttl=cache_s, timer=time.monotonic) if cache_s > 0 else None
         )
-        self._lookups: dict[str, asyncio.Future[str | None]] = {}
+        self._lookups: dict[str, asyncio.Future[KeyInfo | None]] = {}
 
-    async def tenant(self, api_key: str) -> str | None:
-        """The key's tenant, or None for an unknown (or revoked) key.
+    async def info(self, api_key: str) -> KeyInfo | None:
+        """The key's tenant and limits, or None for an unknown (or revoked) key.
 
         Concurrent calls with one key share one lookup.
         """
@@ -124,9 +135,9 @@ class KeyLookup:
             running.add_done_callback(lambda _: self._lookups.pop(api_key, None))
         return await asyncio.shield(running)
 
-    async def _lookup(self, api_key: str) -> str | None:
+    async def _lookup(self, api_key: str) -> KeyInfo | None:
         raw = await self._client.hget(self._hash, digest(api_key))
-        tenant = _info(raw).tenant if raw is not None else None
+        info = _info(raw) if raw is not None else None
         if self._cache is not None:
-            self._cache[api_key] = tenant
-        return tenant
+            self._cache[api_key] = info
+        return info

@@ -42,6 +42,9 @@ def _config(settings: Settings, process: int) -> uvicorn.Config:
         access_log=False,
         # a request's wait may be long; keep-alive connections are the clients' to close
         timeout_keep_alive=30,
+        # whose X-Forwarded-For names the client (the address request limits count by)
+        proxy_headers=True,
+        forwarded_allow_ips=g.forwarded_allow_ips,
     )
 
 

@@ -43,11 +43,12 @@ from pipeline.gateway.calls import (
     failure,
     over_limit,
 )
-from pipeline.gateway.keys import KeyLookup
+from pipeline.gateway.keys import KeyInfo, KeyLookup
 from pipeline.gateway.languages import Languages
 from pipeline.gateway.link import KafkaLink, KafkaUnavailable, reply_topic_name
+from pipeline.gateway.rate_limits import Caller, RequestLimits, Slowdown
 from pipeline.observability import metrics
-from pipeline.settings import Settings, TenantSettings
+from pipeline.settings import GatewaySettings, Settings, TenantSettings
 from pipeline.storage.redis_client import async_redis_client
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,7 @@ class Gateway:
         )
         self.tenants = anonymous_quota(settings)
         self._quota = QuotaLimiter(self.tenants, settings.redis)
+        self.call_limits = RequestLimits(settings)
         self.stats = CallStats()
 
     async def start(self) -> None:
@@ -139,24 +141,47 @@ class Gateway:
 
     # -- tenants --------------------------------------------------------------------------
 
-    async def tenant(self, api_key: str | None) -> str:
-        """The tenant of a call's key (the anonymous tenant without one)."""
+    async def key(self, api_key: str | None) -> KeyInfo | None:
+        """What is stored about a call's key (tenant, limits); None for a call without one
+        (the anonymous tenant's). 400 without a key where one is required, 403 for an
+        unknown key, 503 when keys cannot be checked."""
         gateway = self.settings.gateway
         if not api_key:
             if gateway.require_api_key:
                 raise ApiError(400, api_key_message(gateway.get_api_key_link))
-            return gateway.anonymous_tenant
+            return None
         try:
-            tenant = await self.keys.tenant(api_key)
+            info = await self.keys.info(api_key)
         except (redis.RedisError, OSError) as exc:
             raise ApiError(
                 503,
                 f"API keys cannot be checked now (Redis: {exc})",
                 headers={"Retry-After": str(gateway.retry_after_s)},
             ) from None
-        if tenant is None:
+        if info is None:
             raise ApiError(403, "Invalid API key")
-        return tenant
+        return info
+
+    async def tenant(self, api_key: str | None) -> str:
+        """The tenant of a call's key (the anonymous tenant without one)."""
+        info = await self.key(api_key)
+        return info.tenant if info is not None else self.settings.gateway.anonymous_tenant
+
+    async def admit(self, key: KeyInfo | None, address: str) -> None:
+        """Count a call against its caller's request limits (its key's, else its client
+        address's): 429 with Retry-After beyond."""
+        caller = Caller(f"key:{key.id}", key.req_limit) if key else Caller(f"address:{address}")
+        try:
+            await self.call_limits.admit(caller)
+        except Slowdown as exc:
+            raise ApiError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from None
+
+    def limits_for(self, key: KeyInfo | None) -> GatewaySettings:
+        """The limits a call is parsed under: the gateway's, with its key's char_limit."""
+        limits = self.settings.gateway
+        if key is None or key.char_limit is None:
+            return limits
+        return limits.model_copy(update={"char_limit": key.char_limit})
 
     # -- detection ------------------------------------------------------------------------
 

@@ -866,3 +866,44 @@ def test_metrics_count_every_process_s_calls_behind_a_bearer_token(
     plain = {**gateway_env(files_dir, f"test-nometrics-{uuid.uuid4().hex[:6]}")}
     with GatewayProcess(settings, log_path=LOGS / "test-gateway-metrics.log", env=plain) as g:
         assert requests.get(f"{g.url}/metrics", timeout=10).status_code == 404
+
+
+def test_calls_per_minute_are_limited_per_client_address_and_per_key(
+    settings: Settings, worker: WorkerProcess, files_dir: Path, keys: KeyStore
+) -> None:
+    env = {
+        **gateway_env(files_dir, f"test-reqlimit-{uuid.uuid4().hex[:6]}"),
+        "BABELSTREAM_GATEWAY__REQ_LIMIT": "3",
+    }
+    # addresses of this run only (a trusted local proxy names them), so counters are fresh
+    run = uuid.uuid4().int
+    first, second = (f"10.{run % 250}.{(run >> 8) % 250}.{n}" for n in (1, 2))
+    key, info = keys.add(f"limited-{uuid.uuid4().hex[:6]}", req_limit=2)
+    short_key, short_info = keys.add(f"short-{uuid.uuid4().hex[:6]}", char_limit=10)
+    try:
+        with GatewayProcess(settings, log_path=LOGS / "test-gateway-limits.log", env=env) as g:
+
+            def call(address: str, **extra: str) -> requests.Response:
+                body = {"q": "Hello", "source": "en", "target": "en-XA", **extra}
+                headers = {"X-Forwarded-For": address}
+                return post(g, "/translate", json=body, headers=headers)
+
+            assert [call(first).status_code for _ in range(3)] == [200] * 3
+            refused = call(first)
+            assert refused.status_code == 429
+            assert refused.json() == {"error": "Slowdown: 3 per 1 minute"}
+            assert 1 <= int(refused.headers["Retry-After"]) <= 60
+            detect = post(g, "/detect", data={"q": "Hello"}, headers={"X-Forwarded-For": first})
+            assert detect.status_code == 429, "every call counts, not only translations"
+            # another client is counted on its own
+            assert call(second).status_code == 200
+            # a key counts for itself, under its own limit, from any address
+            assert [call(first, api_key=key).status_code for _ in range(2)] == [200, 200]
+            assert call(second, api_key=key).json() == {"error": "Slowdown: 2 per 1 minute"}
+            # and a key's own characters per call, in LibreTranslate's words
+            assert call(second, api_key=short_key).status_code == 200
+            long = call(f"{second}0", q="Hello world!", api_key=short_key)
+            assert long.status_code == 400 and "10" in long.json()["error"], long.json()
+    finally:
+        keys.revoke(info.id)
+        keys.revoke(short_info.id)

@@ -36,11 +36,30 @@ def keys() -> None:
     "--tenant", required=True, help="Tenant whose quota and fair share the key's calls use."
 )
 @click.option("--label", default=None, help="A note to recognise the key by (who has it).")
+@click.option(
+    "--req-limit",
+    type=click.IntRange(1),
+    default=None,
+    help="Calls per minute for this key (default: the gateway's gateway.req_limit).",
+)
+@click.option(
+    "--char-limit",
+    type=click.IntRange(1),
+    default=None,
+    help="Characters per call for this key (default: the gateway's gateway.char_limit).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the key and its id as JSON.")
 @click.pass_obj
-def add(settings: Settings, tenant: str, label: str | None, as_json: bool) -> None:
+def add(
+    settings: Settings,
+    tenant: str,
+    label: str | None,
+    req_limit: int | None,
+    char_limit: int | None,
+    as_json: bool,
+) -> None:
     """Make a key for TENANT and print it (only now: Redis keeps its digest)."""
-    api_key, info = key_store(settings).add(tenant, label)
+    api_key, info = key_store(settings).add(tenant, label, req_limit, char_limit)
     if as_json:
         click.echo(json.dumps({"api_key": api_key, **info.to_dict()}))
     else:
@@ -60,7 +79,13 @@ def list_keys(settings: Settings, as_json: bool) -> None:
     if not found:
         click.echo("no API keys (make one with `babelstream keys add --tenant NAME`)", err=True)
     for k in found:
-        click.echo(f"{k.id}  {k.tenant:<20} {_when(k.created_at)}  {k.label or ''}".rstrip())
+        limits = ", ".join(
+            f"{name} {value}"
+            for name, value in (("req_limit", k.req_limit), ("char_limit", k.char_limit))
+            if value is not None
+        )
+        note = "  ".join(part for part in (k.label or "", f"({limits})" if limits else "") if part)
+        click.echo(f"{k.id}  {k.tenant:<20} {_when(k.created_at)}  {note}".rstrip())
 
 
 @keys.command()
