@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
@@ -656,6 +657,13 @@ def _add_misc_routes(
             suggestion[name] = value
         await gateway.store.keep_suggestion(suggestion)
         return {"success": True}
+
+    page = (Path(__file__).parent / "page.html").read_bytes()
+
+    @app.get("/", include_in_schema=False)
+    async def home() -> Response:
+        """A page for people: translate a text or a file (the API's own calls)."""
+        return Response(page, media_type="text/html; charset=utf-8")
 
     @app.get("/health", tags=["misc"], summary="Health Check")
     async def health() -> dict[str, str]:

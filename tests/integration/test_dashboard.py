@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -27,12 +26,13 @@ from pathlib import Path
 import psutil
 import pytest
 from kafka import KafkaProducer
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 
 from pipeline.contract.messages import LateResult, SlaWindow
 from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.sla.logic import JobRun
+from tests.browser import browser_page
 
 pytestmark = pytest.mark.integration
 
@@ -156,35 +156,12 @@ def dashboard(dashboard_proc: tuple[int, subprocess.Popen[bytes]]) -> int:
     return dashboard_proc[0]
 
 
-# headless, and no background connections: this machine's network is closed to them
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-dev-shm-usage",
-]
-# how long the page may take to show what a test waits for
-PAGE_TIMEOUT_MS = 30_000
-
-
 @pytest.fixture
 def page() -> Iterator[Page]:
-    """A page of Debian's chromium, driven by Playwright."""
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None:
-        pytest.skip("Debian's chromium is not installed (`make install` installs it)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=binary, args=CHROMIUM_ARGS)
-        try:
-            # tall enough for both pairs' charts and tables in one screenshot
-            page = browser.new_page(viewport={"width": 1280, "height": 2000})
-            page.set_default_timeout(PAGE_TIMEOUT_MS)
-            yield page
-        finally:
-            browser.close()
+    """A page of Debian's chromium, driven by Playwright; tall enough for both pairs'
+    charts and tables in one screenshot."""
+    with browser_page() as page:
+        yield page
 
 
 def produce(settings: Settings, topic: str, records: list[SlaWindow | LateResult | bytes]) -> None:

@@ -31,6 +31,7 @@ from pipeline.pseudo_locale import to_pseudo
 from pipeline.settings import PROJECT_ROOT, Settings, load_settings
 from pipeline.stack.local_worker import WorkerProcess, free_port
 from pipeline.storage.redis_client import redis_client
+from tests.browser import browser_page
 from tests.raw_http import exchange, status_and_error
 
 pytestmark = pytest.mark.integration
@@ -907,3 +908,37 @@ def test_calls_per_minute_are_limited_per_client_address_and_per_key(
     finally:
         keys.revoke(info.id)
         keys.revoke(short_info.id)
+
+
+def test_the_page_at_the_root_translates_a_text_and_a_file_in_a_browser(
+    gateway: GatewayProcess, tmp_path: Path
+) -> None:
+    with browser_page(1000, 900) as page:
+        page.goto(f"{gateway.url}/")
+        page.wait_for_selector("#target option[value='en-XA']", state="attached")
+        page.select_option("#source", "en")
+        page.select_option("#target", "en-XA")
+        page.fill("#text", "Hello world")
+        assert page.text_content("#chars") == "11 / 2000 characters"
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('translation').textContent !== '…'")
+        assert page.text_content("#translation") == to_pseudo("Hello world")
+        # an error is shown as the gateway words it, marked as one
+        page.select_option("#source", "auto")
+        page.fill("#text", "Привет, как дела?")
+        page.click("#translate")
+        page.wait_for_selector("#translation.error")
+        assert (page.text_content("#translation") or "").startswith("ru is not supported")
+        # a file: its translation is a download link
+        text = "A file from the page.\nIts second line."
+        upload = tmp_path / "page-upload.txt"
+        upload.write_text(text, encoding="utf-8")
+        page.select_option("#source", "en")
+        page.set_input_files("#file", str(upload))
+        page.click("#translate-file")
+        link = page.wait_for_selector("#download")
+        href = link.get_attribute("href")
+        assert href is not None
+        downloaded = requests.get(href, timeout=30)
+        assert downloaded.status_code == 200
+        assert downloaded.text == "\n".join(to_pseudo(line) for line in text.split("\n"))
