@@ -1,4 +1,5 @@
-"""The command samples of Getting started and Troubleshooting print what the pages show.
+"""The command samples of Getting started, Troubleshooting and the guides print what the
+pages show.
 
 Each sample (a shell block followed by its output, or an output block opening
 with ``$ command``) runs as a user types it, in page order in one scratch
@@ -26,7 +27,11 @@ from tests.integration.test_docs_commands import VENV
 
 pytestmark = pytest.mark.integration
 
-PAGES = (DOCS / "getting-started.md", DOCS / "troubleshooting.md")
+PAGES = (
+    DOCS / "getting-started.md",
+    DOCS / "troubleshooting.md",
+    DOCS / "guides" / "fidelity.md",
+)
 SAMPLES = [sample for page in PAGES for sample in command_samples(page)]
 
 
