@@ -375,6 +375,9 @@ class CancelRequest(_Message):
     cancelled_at: EpochMs
     # who or what asked (operator, client), for the result's error text
     requested_by: ShortLabel | None = None
+    # only this tenant's requests: a tenant's own cancel, stamped from the ingress topic it
+    # was written to (tenants.identity_from_topic); None: any tenant's (an operator's)
+    tenant: ShortLabel | None = None
 
     @model_validator(mode="after")
     def _one_target(self) -> CancelRequest:
@@ -384,8 +387,12 @@ class CancelRequest(_Message):
 
     @property
     def key(self) -> str:
-        """The record key: the request id, or ``job:<job id>``."""
-        return self.request_id if self.request_id is not None else job_cancel_key(self.job_id or "")
+        """The record key: the request id, or ``job:<job id>``; a tenant's own cancel under
+        ``tenant:<tenant>:`` before it, so it never replaces (or withdraws) another's."""
+        target = (
+            self.request_id if self.request_id is not None else job_cancel_key(self.job_id or "")
+        )
+        return target if self.tenant is None else f"{tenant_cancel_prefix(self.tenant)}{target}"
 
     def applies_to(self, request: TranslationRequest) -> bool:
         """Whether this cancel covers ``request``."""
@@ -394,7 +401,17 @@ class CancelRequest(_Message):
             if self.request_id is not None
             else request.job_id == self.job_id
         )
-        return target and request.submitted_at <= self.cancelled_at
+        tenant = self.tenant is None or tenant_label(request.tenant) == self.tenant
+        return target and tenant and request.submitted_at <= self.cancelled_at
+
+
+# a tenant's own cancels' record keys: tenant:<tenant>:<request id, or job:<job id>>
+TENANT_CANCEL = "tenant:"
+
+
+def tenant_cancel_prefix(tenant: str) -> str:
+    """What a tenant's own cancels' record keys start with."""
+    return f"{TENANT_CANCEL}{tenant}:"
 
 
 def job_cancel_key(job_id: str) -> str:

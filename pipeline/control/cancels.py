@@ -1,7 +1,8 @@
 """Cancellation: publishing cancels, and the set of cancels a worker knows.
 
 A cancel is a :class:`~pipeline.contract.messages.CancelRequest` on ``translate.cancel``
-(compacted, keyed by request id or ``job:<job id>``). Every worker reads the
+(compacted, keyed by request id or ``job:<job id>``; a tenant's own cancel, which
+covers that tenant's requests only, under ``tenant:<tenant>:`` before it). Every worker reads the
 whole topic into a :class:`CancelRegistry`; a request it covers that has not
 reached the engine yet ends as ``status: cancelled`` without compute.
 
@@ -20,19 +21,37 @@ from typing import Literal
 from cachetools import TLRUCache
 from pydantic import ValidationError
 
-from pipeline.contract.messages import CancelRequest, TranslationRequest, job_cancel_key, now_ms
+from pipeline.contract.messages import (
+    TENANT_CANCEL,
+    CancelRequest,
+    TranslationRequest,
+    job_cancel_key,
+    now_ms,
+    tenant_label,
+)
 from pipeline.contract.pairs import CANCEL_TOPIC
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Target = tuple[Literal["request", "job"], str]
+# what a cancel covers: a request id or a job id, of one tenant's requests (or of any: None)
+Target = tuple[Literal["request", "job"], str, str | None]
 
 
 def _target(cancel: CancelRequest) -> Target:
     if cancel.request_id is not None:
-        return ("request", cancel.request_id)
-    return ("job", cancel.job_id or "")
+        return ("request", cancel.request_id, cancel.tenant)
+    return ("job", cancel.job_id or "", cancel.tenant)
+
+
+def _target_of_key(key: str) -> Target:
+    """The target a record key names (``[tenant:<t>:][job:]<id>``)."""
+    tenant = None
+    if key.startswith(TENANT_CANCEL):
+        tenant, _, key = key.removeprefix(TENANT_CANCEL).partition(":")
+    if key.startswith(job_cancel_key("")):
+        return ("job", key.removeprefix(job_cancel_key("")), tenant)
+    return ("request", key, tenant)
 
 
 class CancelRegistry:
@@ -78,15 +97,18 @@ class CancelRegistry:
 
     def withdraw(self, key: str) -> None:
         """Forget the cancel with this record key (a tombstone on the cancel topic)."""
-        self._entries.pop(("request", key), None)
-        if key.startswith(job_cancel_key("")):
-            self._entries.pop(("job", key.removeprefix(job_cancel_key(""))), None)
+        self._entries.pop(_target_of_key(key), None)
+        self._entries.pop(("request", key, None), None)  # a request id that looks prefixed
 
     def cancel_for(self, request: TranslationRequest) -> CancelRequest | None:
-        """The cancel covering ``request``, if any."""
-        targets: list[Target] = [("request", request.request_id)]
+        """The cancel covering ``request``, if any: an operator's, or its tenant's own."""
+        tenant = tenant_label(request.tenant)
+        targets: list[Target] = [
+            ("request", request.request_id, None),
+            ("request", request.request_id, tenant),
+        ]
         if request.job_id is not None:
-            targets.append(("job", request.job_id))
+            targets += [("job", request.job_id, None), ("job", request.job_id, tenant)]
         for target in targets:
             cancel = self._entries.get(target)
             if cancel is not None and cancel.applies_to(request):

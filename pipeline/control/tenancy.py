@@ -6,7 +6,9 @@ writes to its own ingress, ``translate.ingress.<tenant>``, which on a secure
 stack only that tenant's principal may write to (``babelstream tenants add``
 grants it). :class:`TenantAdmission` stamps every request read there with the
 topic's tenant and a reply topic of the tenant's own, and refuses one that
-names another tenant or another's reply topic. Pure logic: the worker's
+names another tenant or another's reply topic. A cancel written there
+(a ``CancelRequest``: ``cancelled_at`` and no ``text``) goes to
+``translate.cancel`` as that tenant's, covering its own requests only. Pure logic: the worker's
 ingress gate (``workers/tenant_ingress.py``) only moves bytes.
 """
 
@@ -15,9 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from pipeline.contract.codec import RecordRef, dead_letter
-from pipeline.contract.messages import DeadLetterReason, Headers
+from pipeline.contract.messages import CancelRequest, DeadLetterReason, Headers
 from pipeline.contract.pairs import (
+    CANCEL_TOPIC,
     DLQ_TOPIC,
     REQUESTS_TOPIC,
     default_reply_topic,
@@ -57,6 +62,8 @@ class TenantAdmission:
             document = None
         if not isinstance(document, dict):
             return [Outgoing(REQUESTS_TOPIC, key, value, headers, "forwarded")]
+        if "cancelled_at" in document and "text" not in document:
+            return self._cancel(key, value, ref, headers, tenant, document)
         declared, reply_to = document.get("tenant"), document.get("reply_to")
         own = tenant_reply_prefix(self._replies_prefix, tenant)
         if declared is not None and declared != tenant:
@@ -78,6 +85,33 @@ class TenantAdmission:
         }
         body = json.dumps(stamped, ensure_ascii=False, separators=(",", ":")).encode()
         return [Outgoing(REQUESTS_TOPIC, key, body, headers, "forwarded")]
+
+    def _cancel(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        ref: RecordRef,
+        headers: Headers,
+        tenant: str,
+        document: dict[str, Any],
+    ) -> list[Outgoing]:
+        """A tenant's cancel: to ``translate.cancel``, covering that tenant's requests only
+        (keyed under the tenant, so it never replaces another's cancel); one naming
+        another tenant, or not a cancel, is a dead letter."""
+        declared = document.get("tenant")
+        if declared is not None and declared != tenant:
+            error = (
+                f"the cancel names tenant {declared!r}, but was written to {ref.topic}, "
+                f"which is tenant {tenant!r}'s"
+            )
+            letter = dead_letter(ref, key, value, "tenant_mismatch", error)
+            return [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "tenant_mismatch")]
+        try:
+            cancel = CancelRequest.model_validate({**document, "tenant": tenant})
+        except ValidationError as exc:
+            letter = dead_letter(ref, key, value, "invalid", f"not a valid cancel: {exc}")
+            return [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "invalid")]
+        return [Outgoing(CANCEL_TOPIC, cancel.key.encode(), cancel.to_json(), headers, "cancel")]
 
     def _refused(
         self,

@@ -12,7 +12,9 @@ a removed tenant is refused from its next request on.
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -216,6 +218,38 @@ def test_a_tenants_request_is_served_as_its_tenant_on_its_own_reply_topic(
     ]
     _, sent_trace, _, _ = dict(forwarded.headers)["traceparent"].decode().split("-")
     assert sent_trace == trace_id
+
+
+def cancels_known(worker: WorkerProcess) -> float:
+    """The worker's ``babelstream_cancels_known`` (live cancels it has read)."""
+    url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    (value,) = re.findall(r"^babelstream_cancels_known (\S+)$", text, re.M)
+    return float(value)
+
+
+def test_a_tenants_cancel_covers_its_own_request_and_not_anothers_of_that_id(
+    operator: Settings, tenants: dict[str, KafkaSettings], worker: WorkerProcess
+) -> None:
+    request_id = f"t-{uuid.uuid4().hex[:12]}"
+    before = cancels_known(worker)
+    # written to its own ingress, as its requests are: it covers requests submitted until
+    # cancelled_at, so it is read before the request it cancels is sent
+    cancel = {"request_id": request_id, "cancelled_at": now_ms() + 600_000}
+    produce(tenants["acme"], tenant_ingress_topic("acme"), json.dumps(cancel).encode())
+    deadline = time.monotonic() + 60
+    while cancels_known(worker) < before + 1:
+        assert time.monotonic() < deadline, "the worker never read the tenant's cancel"
+        time.sleep(0.25)
+    for tenant in ("acme", "globex"):
+        _, value = request(f"Cancelled for {tenant}?", request_id=request_id)
+        produce(tenants[tenant], tenant_ingress_topic(tenant), value)
+    prefix = operator.replies.prefix
+    (mine,) = replies_to(tenants["acme"], default_reply_topic(prefix, "acme"), request_id)
+    (theirs,) = replies_to(tenants["globex"], default_reply_topic(prefix, "globex"), request_id)
+    assert (mine.status, mine.tenant) == ("cancelled", "acme"), mine
+    assert (theirs.status, theirs.tenant) == ("ok", "globex"), theirs
 
 
 def test_a_request_naming_another_tenant_is_a_dead_letter_and_reaches_no_one_else(

@@ -96,3 +96,34 @@ def test_records_tombstones_and_garbage(registry: CancelRegistry) -> None:
     assert registry.cancel_for(covered) is None
     assert not apply_record(registry, b"r-9", b"{not json")
     assert not apply_record(registry, b"r-9", b'{"cancelled_at": 1}')  # no target
+
+
+def test_a_tenants_cancel_covers_its_own_requests_only(registry: CancelRegistry) -> None:
+    mine = CancelRequest(request_id="r-1", cancelled_at=1_000_500, tenant="acme")
+    operator = CancelRequest(request_id="r-2", cancelled_at=1_000_500)
+    assert (mine.key, operator.key) == ("tenant:acme:r-1", "r-2")
+    for cancel in (mine, operator):
+        assert apply_record(registry, cancel.key.encode(), cancel.to_json())
+    acme = request("r-1").model_copy(update={"tenant": "acme"})
+    other = request("r-1").model_copy(update={"tenant": "globex"})
+    assert registry.cancel_for(acme) == mine
+    assert registry.cancel_for(other) is None, "one tenant's cancel never covers another's"
+    # an operator's cancel covers any tenant's request
+    assert registry.cancel_for(request("r-2").model_copy(update={"tenant": "globex"})) == operator
+    # a tenant's tombstone withdraws its own cancel, not an operator's of the same id
+    operator_r1 = CancelRequest(request_id="r-1", cancelled_at=1_000_600)
+    registry.add(operator_r1)
+    assert apply_record(registry, mine.key.encode(), None)
+    assert registry.cancel_for(other) == operator_r1
+    assert registry.cancel_for(acme) == operator_r1
+
+
+def test_a_tenants_job_cancel_is_keyed_under_the_tenant(registry: CancelRegistry) -> None:
+    cancel = CancelRequest(job_id="job-1", cancelled_at=1_000_500, tenant="acme")
+    assert cancel.key == "tenant:acme:job:job-1"
+    apply_record(registry, cancel.key.encode(), cancel.to_json())
+    segment = request("job-1:a:0", job_id="job-1")
+    assert registry.cancel_for(segment.model_copy(update={"tenant": "acme"})) == cancel
+    assert registry.cancel_for(segment) is None  # the default tenant's
+    apply_record(registry, cancel.key.encode(), None)
+    assert registry.cancel_for(segment.model_copy(update={"tenant": "acme"})) is None

@@ -9,8 +9,14 @@ import pytest
 from kafka.admin import ACLOperation, ACLPermissionType, ACLResourcePatternType, ResourceType
 
 from pipeline.contract.codec import RecordRef
-from pipeline.contract.messages import DeadLetter, TranslationRequest, TranslationResult
+from pipeline.contract.messages import (
+    CancelRequest,
+    DeadLetter,
+    TranslationRequest,
+    TranslationResult,
+)
 from pipeline.contract.pairs import (
+    CANCEL_TOPIC,
     DLQ_TOPIC,
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
@@ -139,3 +145,21 @@ def test_a_tenants_acls_allow_its_own_topics_and_nothing_else():
             )
         ),
     }
+
+
+def test_a_cancel_on_a_tenants_ingress_covers_that_tenants_requests_only():
+    cancel = json.dumps({"request_id": "r-1", "cancelled_at": 1_700_000_000_500}).encode()
+    (out,) = admit(cancel)
+    assert (out.topic, out.key, out.kind) == (CANCEL_TOPIC, b"tenant:acme:r-1", "cancel")
+    sent = CancelRequest.model_validate_json(out.value)
+    assert (sent.request_id, sent.tenant) == ("r-1", "acme")
+
+
+def test_a_cancel_naming_another_tenant_or_no_target_is_a_dead_letter():
+    other = json.dumps({"request_id": "r-1", "cancelled_at": 1, "tenant": "globex"}).encode()
+    (letter,) = admit(other)
+    assert (letter.topic, letter.kind) == (DLQ_TOPIC, "tenant_mismatch")
+    assert "names tenant 'globex'" in DeadLetter.model_validate_json(letter.value).error
+    (invalid,) = admit(json.dumps({"cancelled_at": 1}).encode())
+    assert (invalid.topic, invalid.kind) == (DLQ_TOPIC, "invalid")
+    assert "not a valid cancel" in DeadLetter.model_validate_json(invalid.value).error
