@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from cachetools import TLRUCache
-from pydantic import ValidationError
 
 from pipeline.contract.messages import (
     TENANT_CANCEL,
@@ -30,6 +29,7 @@ from pipeline.contract.messages import (
     tenant_label,
 )
 from pipeline.contract.pairs import CANCEL_TOPIC
+from pipeline.control.compacted import apply_compacted
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -122,16 +122,11 @@ class CancelRegistry:
 
 def apply_record(registry: CancelRegistry, key: bytes | None, value: bytes | None) -> bool:
     """Feed one cancel-topic record to ``registry``; False when it was unreadable (skipped)."""
-    if value is None:
-        if key is not None:
-            registry.withdraw(key.decode("utf-8", errors="replace"))
-        return True
-    try:
-        registry.add(CancelRequest.from_json(value))
-    except ValidationError as exc:
-        log.warning("skipping an unreadable cancel record (key %r): %s", key, exc)
-        return False
-    return True
+
+    def add(raw: bytes) -> None:
+        registry.add(CancelRequest.from_json(raw))
+
+    return apply_compacted(key, value, add, registry.withdraw, "cancel")
 
 
 def cancels_for(

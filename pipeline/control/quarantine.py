@@ -19,11 +19,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterator
 
-from pydantic import ValidationError
-
 from pipeline.contract.codec import decode_original
 from pipeline.contract.messages import QuarantineRecord
 from pipeline.contract.pairs import QUARANTINE_TOPIC
+from pipeline.control.compacted import apply_compacted
 from pipeline.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -57,16 +56,11 @@ class QuarantineRegistry:
 
 def apply_record(registry: QuarantineRegistry, key: bytes | None, value: bytes | None) -> bool:
     """Feed one quarantine-topic record to ``registry``; False when it was unreadable."""
-    if value is None:
-        if key is not None:
-            registry.release(key.decode("utf-8", errors="replace"))
-        return True
-    try:
-        registry.add(QuarantineRecord.from_json(value))
-    except ValidationError as exc:
-        log.warning("skipping an unreadable quarantine record (key %r): %s", key, exc)
-        return False
-    return True
+
+    def add(raw: bytes) -> None:
+        registry.add(QuarantineRecord.from_json(raw))
+
+    return apply_compacted(key, value, add, registry.release, "quarantine")
 
 
 def quarantined(settings: Settings) -> list[QuarantineRecord]:
