@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from pipeline.contract.codec import RecordRef, dead_letter
-from pipeline.contract.messages import CancelRequest, DeadLetterReason, Headers
+from pipeline.contract.messages import CancelRequest, DeadLetter, DeadLetterReason, Headers
 from pipeline.contract.pairs import (
     CANCEL_TOPIC,
     DLQ_TOPIC,
@@ -104,13 +104,12 @@ class TenantAdmission:
                 f"the cancel names tenant {declared!r}, but was written to {ref.topic}, "
                 f"which is tenant {tenant!r}'s"
             )
-            letter = dead_letter(ref, key, value, "tenant_mismatch", error)
-            return [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "tenant_mismatch")]
+            return [_dead_lettered(key, value, ref, headers, "tenant_mismatch", error)[1]]
         try:
             cancel = CancelRequest.model_validate({**document, "tenant": tenant})
         except ValidationError as exc:
-            letter = dead_letter(ref, key, value, "invalid", f"not a valid cancel: {exc}")
-            return [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, "invalid")]
+            error = f"not a valid cancel: {exc}"
+            return [_dead_lettered(key, value, ref, headers, "invalid", error)[1]]
         return [Outgoing(CANCEL_TOPIC, cancel.key.encode(), cancel.to_json(), headers, "cancel")]
 
     def _refused(
@@ -123,8 +122,8 @@ class TenantAdmission:
         reason: DeadLetterReason,
         error: str,
     ) -> list[Outgoing]:
-        letter = dead_letter(ref, key, value, reason, error)
-        out = [Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, reason)]
+        letter, record = _dead_lettered(key, value, ref, headers, reason, error)
+        out = [record]
         reply = rejection_result(value, letter, self._worker)
         if reply is not None:
             # the result counts for the tenant that sent it, whatever tenant it named
@@ -135,3 +134,16 @@ class TenantAdmission:
                 )
             )
         return out
+
+
+def _dead_lettered(
+    key: bytes | None,
+    value: bytes | None,
+    ref: RecordRef,
+    headers: Headers,
+    reason: DeadLetterReason,
+    error: str,
+) -> tuple[DeadLetter, Outgoing]:
+    """The dead letter of a record of a tenant's ingress, and its record for the DLQ."""
+    letter = dead_letter(ref, key, value, reason, error)
+    return letter, Outgoing(DLQ_TOPIC, key, letter.to_json(), headers, reason)
