@@ -24,7 +24,8 @@ class GatewayNotReady(BabelStreamError):
 
 
 class GatewayProcess:
-    """One gateway on a free port; ready once it says Kafka is available."""
+    """One gateway on a free port; ready once every one of its processes
+    (``gateway.workers``) says Kafka is available."""
 
     def __init__(
         self, settings: Settings, *, log_path: Path, env: dict[str, str] | None = None
@@ -38,6 +39,8 @@ class GatewayProcess:
             **(env or {}),
         }
         self._proc: subprocess.Popen[bytes] | None = None
+        workers = self._env.get("BABELSTREAM_GATEWAY__WORKERS")
+        self.processes = int(workers) if workers else settings.gateway.workers
 
     @property
     def url(self) -> str:
@@ -56,7 +59,8 @@ class GatewayProcess:
             return None
 
     def start(self, timeout_s: float = 60.0, *, wait_kafka: bool = True) -> GatewayProcess:
-        """Start it; ready when it answers (and, with ``wait_kafka``, has connected to Kafka)."""
+        """Start it; ready when it answers (and, with ``wait_kafka``, when each of its
+        processes has connected to Kafka: a call reaching one still connecting is a 503)."""
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         with self._log_path.open("ab") as out:
             self._proc = subprocess.Popen(
@@ -67,7 +71,8 @@ class GatewayProcess:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
-        while not self._ready(wait_kafka):
+        connected: set[int] = set()
+        while not self._ready(wait_kafka, connected):
             if self._proc.poll() is not None:
                 raise GatewayNotReady(
                     f"gateway exited with {self._proc.returncode}; see {self._log_path}"
@@ -80,9 +85,20 @@ class GatewayProcess:
             time.sleep(0.2)
         return self
 
-    def _ready(self, wait_kafka: bool) -> bool:
+    def _ready(self, wait_kafka: bool, connected: set[int]) -> bool:
+        """Whether it answers (with ``wait_kafka``: whether every process has said Kafka
+        is available; ``connected`` collects those that did, as calls reach one at a time)."""
         status = self.status()
-        return status is not None and (not wait_kafka or status.get("kafka") == "available")
+        if status is None:
+            return False
+        if not wait_kafka:
+            return True
+        if status.get("kafka") != "available":
+            return False
+        if "process" not in status:
+            return True  # a key-required gateway shows its processes to keys only
+        connected.add(int(status["process"]))
+        return len(connected) >= self.processes
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM, then SIGKILL if it hangs."""
