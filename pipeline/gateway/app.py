@@ -697,6 +697,20 @@ def _add_misc_routes(
         await gateway.tenant(api_key)  # an unknown key is a 403 here too
         return status
 
+    @app.get(
+        "/babelstream/ready",
+        tags=["misc"],
+        summary="Whether this process serves calls: 200 once it reaches Kafka (extension)",
+        responses=_errors(503),
+        openapi_extra=EXTENSION,
+    )
+    async def ready() -> dict[str, str]:
+        # a readiness probe: `/health` is LibreTranslate's and always answers ok
+        kafka = gateway.status()["kafka"]
+        if kafka != "available":
+            raise ApiError(503, f"Not ready: Kafka {kafka}")
+        return {"status": "ready", "kafka": kafka}
+
 
 def _add_docs(app: FastAPI) -> None:
     """Swagger UI on /docs, served from the installed bundle (no CDN)."""

@@ -491,6 +491,8 @@ def test_a_gateway_that_requires_keys_shows_its_internals_to_keys_only(
         page = f"{locked.url}/babelstream/gateway"
         anonymous = requests.get(page, timeout=10)
         assert anonymous.status_code == 200 and anonymous.json() == {"kafka": "available"}
+        ready = requests.get(f"{locked.url}/babelstream/ready", timeout=10)
+        assert ready.status_code == 200 and ready.json()["kafka"] == "available"
         wrong = requests.get(page, params={"api_key": "bs_not-a-key"}, timeout=10)
         assert wrong.status_code == 403 and "reply_topic" not in wrong.text
         key, _ = keys.add("status-readers")
@@ -518,6 +520,9 @@ def test_kafka_unreachable_answers_503_without_waiting_to_produce(
         assert answer.status_code == 503
         assert answer.headers["Retry-After"] == "1"
         assert "Kafka" in answer.json()["error"]
+        # and a readiness probe takes it out of a load balancer's endpoints
+        ready = requests.get(f"{down.url}/babelstream/ready", timeout=10)
+        assert ready.status_code == 503 and "Kafka" in ready.json()["error"]
 
 
 @pytest.mark.parametrize(

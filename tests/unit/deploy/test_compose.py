@@ -65,6 +65,7 @@ def test_topology(compose: dict[str, Any]) -> None:
         "worker",
         "sla",
         "dashboard",
+        "gateway",
         "otel-collector",
         "jaeger",
         "prometheus",
@@ -85,7 +86,7 @@ def test_topology(compose: dict[str, Any]) -> None:
 
 def test_services_use_the_cli_settings_variables(compose: dict[str, Any]) -> None:
     services = babelstream_services(compose)
-    assert {"router", "worker", "sla", "dashboard", "init-topics"} <= set(services)
+    assert {"router", "worker", "sla", "dashboard", "gateway", "init-topics"} <= set(services)
     for name, service in services.items():
         env = environment(service)
         assert env.get("BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS") == "kafka:19092", name

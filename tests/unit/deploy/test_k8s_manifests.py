@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pipeline.contract.pairs import work_topic
 from pipeline.engine.registry import registry_models
 from pipeline.kafka.topics import topic_specs
 from pipeline.settings import PROJECT_ROOT, Settings
+from tests.docs_pages import code_blocks
 from tests.unit.settings_keys import PREFIX, assert_setting_key
 
 K8S = PROJECT_ROOT / "deploy" / "k8s"
@@ -177,6 +179,13 @@ def check_references(docs: list[Doc]) -> None:
     )
     dashboard = containers(by_key[("Deployment", "babelstream-dashboard")])[0]
     assert dashboard["ports"][0]["containerPort"] == settings.dashboard.port
+    gateway = by_key[("StatefulSet", "babelstream-gateway")]
+    (container,) = containers(gateway)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": settings.gateway.port, "health": settings.gateway.health_port}
+    assert settings.gateway.host == "0.0.0.0"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/babelstream/ready", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "health"}
     if "Kafka" in names:
         check_cluster(by_key, settings, secrets)
 
@@ -279,7 +288,7 @@ def test_rendered_kustomization_references(folder: Path) -> None:
         for (kind, _), doc in index(docs).items():
             if kind in WORKLOADS and doc["metadata"]["labels"].get(
                 "app.kubernetes.io/component"
-            ) in {"worker", "sla", "dashboard"}:
+            ) in {"worker", "sla", "dashboard", "gateway"}:
                 env = {e["name"] for e in containers(doc)[0]["env"]}
                 assert {"BABELSTREAM_KAFKA__SASL_PASSWORD", "BABELSTREAM_REDIS__PASSWORD"} <= env
 
@@ -293,3 +302,30 @@ def test_the_gpu_overlay_gives_each_worker_a_gpu_and_the_gpu_image() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["BABELSTREAM_ENGINE__DEVICE"] == "cuda"
     assert_setting_key("BABELSTREAM_ENGINE__DEVICE", "overlays/gpu")
+
+
+def test_the_base_runs_the_image_of_this_release() -> None:
+    (spec,) = load(BASE / "kustomization.yaml")
+    (image,) = spec["images"]
+    assert image == {"name": "babelstream", "newTag": version("babelstream")}
+
+
+def test_the_kubernetes_pages_overlay_renders_with_its_image_and_kafka(tmp_path: Path) -> None:
+    """The step by step's own overlay (docs/operating/kubernetes.md), written beside a
+    copy of the base as the page says, renders and refers to what exists."""
+    page = (PROJECT_ROOT / "docs" / "operating" / "kubernetes.md").read_text(encoding="utf-8")
+    (overlay,) = [block for block in code_blocks(page) if "kind: Kustomization" in block]
+    image = f"registry.example.com/babelstream:{version('babelstream')}"
+    assert f"docker build -t {image} ." in page
+    shutil.copytree(BASE, tmp_path / "base")
+    mine = tmp_path / "overlays" / "mine"
+    mine.mkdir(parents=True)
+    (mine / "kustomization.yaml").write_text(overlay, encoding="utf-8")
+    docs = rendered(mine)
+    check_references(docs)
+    images = {c["image"] for doc in docs if doc["kind"] in WORKLOADS for c in containers(doc)}
+    assert image in images and all(i == image or i.startswith("redis:") for i in images), images
+    settings = settings_of(docs)
+    assert settings.kafka.bootstrap_servers == "kafka-bootstrap.kafka.svc:9092"
+    assert (settings.kafka.replication_factor, settings.kafka.min_insync_replicas) == (3, 2)
+    assert {doc["metadata"].get("namespace") for doc in docs} == {"translation"}
