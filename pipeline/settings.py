@@ -1258,7 +1258,7 @@ def check_config_file(path: Path) -> Path:
     if path.is_dir():
         raise ConfigError(f"{CONFIG_VARIABLE} names {path}, which is a directory, not a TOML file")
     try:
-        tomllib.loads(path.read_text(encoding="utf-8"))
+        sections = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(
             f"{CONFIG_VARIABLE} file {path} is not valid TOML: {exc}; fix it or unset "
@@ -1272,6 +1272,12 @@ def check_config_file(path: Path) -> Path:
         raise ConfigError(
             f"{CONFIG_VARIABLE} file {path} cannot be read ({exc.strerror}): {fix}"
         ) from None
+    # the root model ignores names it does not know (so other BABELSTREAM_* uses pass
+    # through check_environment), which would leave a misspelled [section] unread
+    for name in sorted(set(sections) - set(Settings.model_fields)):
+        close = difflib.get_close_matches(name, sorted(Settings.model_fields), n=1, cutoff=0.6)
+        hint = f" (did you mean [{close[0]}]?)" if close else ""
+        raise ConfigError(f"{CONFIG_VARIABLE} file {path}: [{name}] is no settings section{hint}")
     return path
 
 
@@ -1283,11 +1289,12 @@ def describe_settings_error(
     given = {name.upper() for name in environ or {}}
     parts = []
     for err in exc.errors(include_url=False):
-        loc = [str(p) for p in err["loc"][:2]]
-        variable = ENV_PREFIX + "__".join(loc).upper()
+        loc = [str(p) for p in err["loc"]]
+        variable = ENV_PREFIX + "__".join(loc[:2]).upper()
         section_variable = ENV_PREFIX + loc[0].upper()
-        if config_file and len(loc) == 2 and not given & {variable, section_variable}:
-            name = f"{config_file}: [{loc[0]}] {loc[1]}"
+        if config_file and len(loc) >= 2 and not given & {variable, section_variable}:
+            # [sla.objectives] p95: a nested table's dotted name, then the key
+            name = f"{config_file}: [{'.'.join(loc[:-1])}] {loc[-1]}"
         else:
             name = variable
         value = err.get("input")

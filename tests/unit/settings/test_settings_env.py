@@ -228,6 +228,24 @@ def test_a_missing_config_file_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_p
         settings_from_environment()
 
 
+def test_a_misspelled_section_of_the_config_file_is_refused_with_the_closest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "babelstream.toml"
+    message = _config_file_error(monkeypatch, config, "[kafak]\nbootstrap_servers = 'h:1'\n")
+    assert message == (
+        f"BABELSTREAM_CONFIG file {config}: [kafak] is no settings section (did you mean [kafka]?)"
+    )
+
+
+def test_an_unknown_key_of_a_nested_table_is_named_by_the_tables_dotted_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "babelstream.toml"
+    message = _config_file_error(monkeypatch, config, "[sla.objectives]\np95 = 800\n")
+    assert f"{config}: [sla.objectives] p95=800: no such setting" in message, message
+
+
 def test_a_bad_value_in_the_config_file_names_the_file_and_key(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
