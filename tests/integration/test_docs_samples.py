@@ -62,6 +62,42 @@ def test_the_pages_show_samples() -> None:
     assert all(by_page[page] for page in PAGES[1:])
 
 
+def staged(sample: CommandSample, worker: WorkerProcess) -> dict[str, str]:
+    """The settings that stage the fault a Troubleshooting sample shows, by its command:
+    services that do not answer (nothing listens on ports 1-4 here) and ports the
+    module's worker holds. Empty for every other sample."""
+    if not sample.page.endswith("troubleshooting.md"):
+        return {}
+    nothing_listens = {
+        "BABELSTREAM_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1",
+        "BABELSTREAM_STACK__HOME": str(PROJECT_ROOT / "var" / "test-docs-no-stack"),
+        "BABELSTREAM_STACK__KAFKA_PORT": "1",
+        "BABELSTREAM_STACK__REDIS_PORT": "2",
+        "BABELSTREAM_DASHBOARD__PORT": "3",
+        "BABELSTREAM_GATEWAY__PORT": "4",
+    }
+    taken = {
+        "worker": {"BABELSTREAM_WORKER__WEB_PORT": str(worker.web_port)},
+        "BABELSTREAM_WORKER__WEB_PORT=6067 .venv/bin/babelstream worker": {
+            "BABELSTREAM_OBSERVABILITY__METRICS_PORT": str(worker.metrics_port)
+        },
+        "dashboard": {"BABELSTREAM_DASHBOARD__PORT": str(worker.web_port)},
+    }
+    command = sample.commands.strip()
+    if command in (
+        '.venv/bin/babelstream translate --src en --tgt en-XA "Hello world"',
+        ".venv/bin/babelstream status",
+    ):
+        return nothing_listens
+    return taken.get(command.removeprefix(".venv/bin/babelstream "), {})
+
+
+def test_the_staged_faults_name_samples_of_the_page(worker: WorkerProcess) -> None:
+    """A staged fault whose sample was reworded would silently stage nothing."""
+    page = [s for s in SAMPLES if s.page.endswith("troubleshooting.md")]
+    assert sum(bool(staged(s, worker)) for s in page) == 5
+
+
 @pytest.mark.parametrize("sample", SAMPLES, ids=[f"{s.page}-{i}" for i, s in enumerate(SAMPLES)])
 def test_each_sample_prints_what_its_page_shows(
     sample: CommandSample, worker: WorkerProcess, scratch: Path
@@ -70,7 +106,7 @@ def test_each_sample_prints_what_its_page_shows(
     result = subprocess.run(
         ["bash", "-o", "pipefail", "-c", commands],
         cwd=scratch,
-        env=dict(os.environ),
+        env={**os.environ, **staged(sample, worker)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -17,7 +17,11 @@ def test_ids_figures_and_the_project_folder_are_masked() -> None:
     assert masked(printed) == (
         "[error] no model in /path/to/babelstream/models/registry.toml\n"
         "<id>\n"
-        'latency: PN N ms  PN N ms {"cache":"<cache>","worker":"<worker>"}'
+        'latency: PN N ms PN N ms {"cache":"<cache>","worker":"<worker>"}'
+    )
+    # padding to a figure's width is one space: 127.0.0.1:1 lines up as 127.0.0.1:9092 does
+    assert masked("kafka     127.0.0.1:1            DOWN") == masked(
+        "kafka     127.0.0.1:9092         DOWN"
     )
     # a word of hex letters only is a word, not an id
     assert masked("deadbeefcafe feed") == "deadbeefcafe feed"
