@@ -230,7 +230,10 @@ class _Pump:
         bars: dict[str, Any] = dict(enabled=self._progress)
         with (
             ReplyTopic.for_call(
-                kafka, self._settings.replies, self._spec.reply_topic, label=self._spec.job_id
+                kafka,
+                self._settings.replies,
+                self._spec.reply_topic,
+                label=f"bulk.{self._spec.job_id}",
             ) as reply,
             JobResults(kafka, self._spec.job_id, reply.name) as source,
             BulkPublisher(kafka, bulk_work_topic(self._model_id)) as sink,

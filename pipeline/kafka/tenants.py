@@ -26,7 +26,6 @@ from kafka.admin import (
     ResourcePattern,
     ResourcePatternFilter,
     ResourceType,
-    ScramMechanism,
     UserScramCredentialDeletion,
     UserScramCredentialUpsertion,
 )
@@ -41,6 +40,7 @@ from pipeline.contract.pairs import (
 )
 from pipeline.errors import BabelStreamError
 from pipeline.kafka.check import admin_client
+from pipeline.kafka.roles import SERVICE_REPLY_LABELS, scram_mechanism
 from pipeline.kafka.topics import TopicSpec, ensure_topics
 from pipeline.settings import KafkaSettings, ReplySettings
 
@@ -64,7 +64,13 @@ class TenantCredentials:
 
 
 def tenant_user(tenant: str) -> str:
-    """The Kafka user (SCRAM) of ``tenant``."""
+    """The Kafka user (SCRAM) of ``tenant``; a name the services' own reply topics use
+    (``gateway``, ``bulk``) is refused: that tenant could read them."""
+    if tenant.lower() in SERVICE_REPLY_LABELS:
+        raise TenantError(
+            f"{tenant!r} cannot name a tenant: the services' reply topics are "
+            f"{'/'.join(SERVICE_REPLY_LABELS)}.*, and that tenant could read them"
+        )
     return TENANT_USER_PREFIX + check_topic_tenant(tenant)
 
 
@@ -103,12 +109,6 @@ def _admin(kafka: KafkaSettings) -> Iterator[KafkaAdminClient]:
         admin.close()
 
 
-def _scram_mechanism(kafka: KafkaSettings) -> ScramMechanism:
-    if kafka.sasl_mechanism == "SCRAM-SHA-256":
-        return ScramMechanism.SCRAM_SHA_256
-    return ScramMechanism.SCRAM_SHA_512
-
-
 def _refusal(error: object) -> TenantError:
     if isinstance(error, SecurityDisabledError):
         return TenantError(
@@ -124,7 +124,7 @@ def add_tenant(kafka: KafkaSettings, replies: ReplySettings, tenant: str) -> Ten
     with _admin(kafka) as admin:
         _check_authorizer(admin)
         failed = admin.alter_user_scram_credentials(
-            [UserScramCredentialUpsertion(username, _scram_mechanism(kafka), password)]
+            [UserScramCredentialUpsertion(username, scram_mechanism(kafka), password)]
         ).get(username)
         if failed:
             raise TenantError(f"could not make Kafka user {username}: {failed}")
@@ -152,7 +152,7 @@ def remove_tenant(kafka: KafkaSettings, tenant: str) -> None:
             raise TenantError(f"no tenant {tenant!r} (`babelstream tenants list`)")
         admin.delete_acls([_acls_of(f"User:{username}")])
         admin.alter_user_scram_credentials(
-            [UserScramCredentialDeletion(username, _scram_mechanism(kafka))]
+            [UserScramCredentialDeletion(username, scram_mechanism(kafka))]
         )
         with contextlib.suppress(UnknownTopicOrPartitionError):
             admin.delete_topics([tenant_ingress_topic(tenant)])

@@ -21,6 +21,7 @@ import tomli_w
 from pydantic import SecretStr, ValidationError
 
 from pipeline.errors import StackSettingsError
+from pipeline.kafka.roles import ROLES, Role, role_user
 from pipeline.settings import KafkaSettings, RedisSettings, Settings, StackSettings
 from pipeline.stack.secure import load_secrets, tls_files
 
@@ -183,10 +184,13 @@ def describe(settings: Settings) -> str:
     return f"{nodes}, {'secure' if stack.secure else 'plaintext'}"
 
 
-def client_settings(settings: Settings, *, mutual_tls: bool = False) -> Settings:
+def client_settings(
+    settings: Settings, *, mutual_tls: bool = False, role: Role | None = None
+) -> Settings:
     """How clients reach the stack ``settings`` describes (its ``kafka`` and ``redis`` sections).
 
-    Secure stacks: SASL_SSL (SCRAM-SHA-512) to the client ports, or with
+    Secure stacks: SASL_SSL (SCRAM-SHA-512) to the client ports as the services' super
+    user, or as ``role``'s user (allowed only what the role needs), or with
     ``mutual_tls`` SSL with the client certificate to the mutual-TLS ports;
     Redis over TLS as the ACL user.
     """
@@ -212,8 +216,10 @@ def client_settings(settings: Settings, *, mutual_tls: bool = False) -> Settings
             kafka.update(
                 security_protocol="SASL_SSL",
                 sasl_mechanism="SCRAM-SHA-512",
-                sasl_username=stack_secrets.kafka_username,
-                sasl_password=stack_secrets.kafka_password,
+                sasl_username=stack_secrets.kafka_username if role is None else role_user(role),
+                sasl_password=stack_secrets.kafka_password
+                if role is None
+                else stack_secrets.role_passwords[role],
             )
         redis.update(
             url=f"rediss://{HOST}:{stack.redis_port}/0",
@@ -254,9 +260,9 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def client_sections(settings: Settings) -> dict[str, dict[str, Any]]:
+def client_sections(settings: Settings, role: Role | None = None) -> dict[str, dict[str, Any]]:
     """The ``kafka`` / ``redis`` values of :func:`client_settings`, secrets in clear (for files)."""
-    clients = client_settings(settings)
+    clients = client_settings(settings, role=role)
     sections: dict[str, dict[str, Any]] = {}
     for name, section, keys in (
         ("kafka", clients.kafka, _KAFKA_KEYS),
@@ -282,29 +288,40 @@ def _write_private(path: Path, text: str) -> None:
     path.with_suffix(".tmp").replace(path)
 
 
-def client_environment(settings: Settings) -> dict[str, str]:
+def client_environment(settings: Settings, role: Role | None = None) -> dict[str, str]:
     """The ``BABELSTREAM_*`` variables of :func:`client_sections` (for a child process)."""
     return {
         f"BABELSTREAM_{section.upper()}__{key.upper()}": json.dumps(value)
         if isinstance(value, bool)
         else str(value)
-        for section, values in client_sections(settings).items()
+        for section, values in client_sections(settings, role).items()
         for key, value in values.items()
     }
 
 
+def role_settings_files(home: Path, role: Role) -> tuple[Path, Path]:
+    """``roles/<role>.toml`` and ``roles/<role>.env``: a secure stack's clients as ``role``."""
+    folder = home / "stack" / "roles"
+    return folder / f"{role}.toml", folder / f"{role}.env"
+
+
 def write_client_settings(settings: Settings) -> tuple[Path, Path]:
-    """Write the client settings files (mode 0600: they hold the credentials)."""
-    toml_path, env_path = settings_files(settings.stack.home)
-    _write_private(
-        toml_path,
-        "# written by `babelstream up`: how clients reach this stack\n"
-        + tomli_w.dumps(client_sections(settings)),
-    )
-    lines = ["# written by `babelstream up`: source it to reach this stack"]
-    lines += [
-        f"export {name}={shlex.quote(value)}"
-        for name, value in client_environment(settings).items()
-    ]
-    _write_private(env_path, "\n".join(lines) + "\n")
-    return toml_path, env_path
+    """Write the client settings files (mode 0600: they hold the credentials), and on a
+    secure stack one pair per role (:func:`role_settings_files`)."""
+    files: dict[Role | None, tuple[Path, Path]] = {None: settings_files(settings.stack.home)}
+    if settings.stack.secure:
+        files |= {role: role_settings_files(settings.stack.home, role) for role in ROLES}
+    for role, (toml_path, env_path) in files.items():
+        who = "" if role is None else f" as the {role} role"
+        _write_private(
+            toml_path,
+            f"# written by `babelstream up`: how clients reach this stack{who}\n"
+            + tomli_w.dumps(client_sections(settings, role)),
+        )
+        lines = [f"# written by `babelstream up`: source it to reach this stack{who}"]
+        lines += [
+            f"export {name}={shlex.quote(value)}"
+            for name, value in client_environment(settings, role).items()
+        ]
+        _write_private(env_path, "\n".join(lines) + "\n")
+    return files[None]

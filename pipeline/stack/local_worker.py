@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -60,10 +60,17 @@ class WorkerProcess:
         instance_id: str | None = None,
         group: int | None = None,
         hold_file: Path | None = None,
+        args: Sequence[str] = (),
+        probe: bool = True,
     ) -> None:
         """``group``: run the worker with this group id (and no other), e.g. so that a
         firewall rule matching it can cut the worker off (``pipeline/drill/network.py``).
-        ``hold_file``: the worker's ``engine.hold_file``, for :meth:`engine_held`."""
+        ``hold_file``: the worker's ``engine.hold_file``, for :meth:`engine_held`.
+        ``args``: more options of ``babelstream worker`` (``--router-only``). ``probe``:
+        ready once a probe request is translated, not only once its readiness page says
+        so (a worker that only routes, or only translates, cannot answer one alone)."""
+        self._args = tuple(args)
+        self._probe = probe
         self._settings = settings
         self._group = group
         self._log_path = log_path
@@ -97,6 +104,7 @@ class WorkerProcess:
         command = [sys.executable, "-m", "pipeline", "worker"]
         if self._pairs:
             command += ["--pairs", ",".join(self._pairs)]
+        command += self._args
         with self._log_path.open("ab") as out:
             self._proc = subprocess.Popen(
                 command,
@@ -144,6 +152,8 @@ class WorkerProcess:
                     )
                 bar.update()
                 time.sleep(0.25)
+            if not self._probe:
+                return
             with TranslationClient(self._settings.kafka) as client:
                 while True:
                     self._check_alive()

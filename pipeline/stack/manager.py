@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 
 from pipeline.engine.registry import registry_models
 from pipeline.errors import StackError, StackSettingsError
+from pipeline.kafka.roles import ROLES, ensure_roles, role_user
 from pipeline.kafka.topics import ensure_topics, topic_specs
 from pipeline.settings import Settings
 from pipeline.stack import layout
@@ -23,7 +24,7 @@ from pipeline.stack.procs import (
     terminate_all,
 )
 from pipeline.stack.redis_server import RedisService
-from pipeline.stack.secure import ensure_secure_material
+from pipeline.stack.secure import ensure_secure_material, load_secrets
 from pipeline.stack.service import Probe, Reporter, Service, quiet
 from pipeline.stack.spark import spark_services
 
@@ -221,8 +222,15 @@ def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     )
     for name, (actual, wanted) in ensured.mismatched.items():
         report(f"topics: warning: {name} has {actual} partitions, configured {wanted}")
+    if settings.stack.secure:
+        passwords = load_secrets(settings.stack.home).role_passwords
+        ensure_roles(clients.kafka, clients.replies.prefix, passwords)
+        report(f"roles: {', '.join(role_user(r) for r in passwords)}, each with its ACLs")
     toml_path, env_path = layout.write_client_settings(settings)
     report(f"clients: `source {env_path}` (or BABELSTREAM_CONFIG={toml_path})")
+    if settings.stack.secure:
+        roles_folder = layout.role_settings_files(settings.stack.home, ROLES[0])[0].parent
+        report(f"clients by role: {roles_folder}/<role>.env (or .toml)")
     return status(settings)
 
 

@@ -1,4 +1,5 @@
-"""Secrets of the secure local stack: the SCRAM user and the Redis ACL user.
+"""Secrets of the secure local stack: the SCRAM users (the services' super user and one
+per role, :mod:`pipeline.kafka.roles`) and the Redis ACL user.
 
 Generated once (``secrets.token_urlsafe``) into ``<stack home>/secure/secrets.json``
 (mode 0600) and kept as ``SecretStr``, so they never show in a repr, a log
@@ -13,11 +14,12 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import SecretStr
 
 from pipeline.errors import StackError
+from pipeline.kafka.roles import ROLES, Role
 from pipeline.stack.tls import TlsFiles, ensure_tls
 
 KAFKA_USER = "babelstream"
@@ -32,6 +34,8 @@ class StackSecrets:
     kafka_password: SecretStr
     redis_username: str
     redis_password: SecretStr
+    # the password of each role's SCRAM user, babelstream-<role>
+    role_passwords: dict[Role, SecretStr]
 
 
 def secure_dir(home: Path) -> Path:
@@ -52,6 +56,7 @@ def load_secrets(home: Path) -> StackSecrets:
             kafka_password=SecretStr(raw["kafka_password"]),
             redis_username=raw["redis_username"],
             redis_password=SecretStr(raw["redis_password"]),
+            role_passwords={role: SecretStr(raw["roles"][role]) for role in ROLES},
         )
     except (OSError, ValueError, KeyError) as exc:
         raise StackError(
@@ -61,20 +66,25 @@ def load_secrets(home: Path) -> StackSecrets:
 
 
 def ensure_secrets(home: Path) -> StackSecrets:
-    """Load the secrets, generating them the first time."""
-    if _path(home).exists():
+    """Load the secrets, generating them the first time (and a role's password when the
+    secrets of an earlier release have none for it)."""
+    path = _path(home)
+    raw: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    if raw and set(raw.get("roles", {})) >= set(ROLES):
         return load_secrets(home)
     raw = {
         "kafka_username": KAFKA_USER,
         "kafka_password": secrets.token_urlsafe(24),
         "redis_username": REDIS_USER,
         "redis_password": secrets.token_urlsafe(24),
+        **raw,
     }
-    path = _path(home)
+    raw["roles"] = {role: secrets.token_urlsafe(24) for role in ROLES} | raw.get("roles", {})
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(raw, out)
+    path.with_suffix(".tmp").replace(path)
     return load_secrets(home)
 
 
