@@ -632,6 +632,59 @@ def alerts_page(rules_dir: Path = RULES_DIR) -> str:
     return "\n".join(out)
 
 
+def http_api_page(spec: dict[str, Any]) -> str:
+    """The gateway's routes, from its OpenAPI document (what ``GET /spec`` serves)."""
+    schemas = spec.get("components", {}).get("schemas", {})
+    out = [
+        "# HTTP API (the gateway)",
+        "",
+        "Generated from the gateway's OpenAPI document, which a running gateway serves",
+        "at `GET /spec` (Swagger UI at `/docs`). Routes and fields marked *extension* are",
+        "not LibreTranslate's. Calls with their answers:",
+        "[The HTTP API by example](../guides/http-api.md).",
+        "",
+    ]
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            extension = " (extension)" if op.get("x-babelstream-extension") else ""
+            out += [f"## `{method.upper()} {path}`", "", md_text(op.get("summary", "")) + extension]
+            out += ["", md_text(op["description"])] if op.get("description") else []
+            params = [
+                [
+                    f"`{param['name']}`",
+                    param["in"],
+                    _schema_type(param.get("schema", {})),
+                    "yes" if param.get("required") else "no",
+                    cell(param.get("description", "")) or "—",
+                ]
+                for param in op.get("parameters", [])
+            ]
+            if params:
+                out += ["", table(["parameter", "in", "type", "required", "meaning"], params)]
+            for media, body in op.get("requestBody", {}).get("content", {}).items():
+                ref = body.get("schema", {}).get("$ref", "")
+                schema = schemas.get(ref.rsplit("/", 1)[-1], body.get("schema", {}))
+                if schema.get("properties"):
+                    out += ["", f"Body, `{media}`:", "", _properties_table(schema)]
+            answers = [
+                [f"`{status}`", cell(answer.get("description", "")) or "—"]
+                for status, answer in op.get("responses", {}).items()
+            ]
+            out += ["", table(["status", "meaning"], answers), ""]
+    out += ["## Schemas", ""]
+    for name, schema in schemas.items():
+        if schema.get("properties"):
+            out += [f"### {name}", "", _properties_table(schema), ""]
+    return "\n".join(out)
+
+
+def _http_api() -> str:
+    from pipeline.gateway.app import create_app
+    from pipeline.settings import Settings
+
+    return http_api_page(create_app(Settings()).openapi())
+
+
 def _cli() -> str:
     from pipeline.cli.main import main
 
@@ -645,4 +698,5 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/contract.md": contract_page,
     "reference/metrics.md": metrics_page,
     "reference/alerts.md": alerts_page,
+    "reference/http-api.md": _http_api,
 }
