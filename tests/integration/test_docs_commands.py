@@ -46,6 +46,10 @@ NOT_RUN: dict[str, str] = {
     "(the group's workers must be stopped); the --dry-run form is run",
     "echo <request-id>": "a placeholder id",
     ".venv/bin/babelstream bulk status <job-id>": "a placeholder job id",
+    ".venv/bin/babelstream bench sla": "a benchmark at its full size (make test-bench runs "
+    "every bench at its smallest)",
+    "grep sasl_username var/stack/roles/": "the secure stack's role files (test_roles.py "
+    "checks them)",
 }
 # a runbook command that changes the group's offsets needs the group stopped
 CHANGES_OFFSETS = "reset_group_offsets"
