@@ -35,7 +35,7 @@ from pipeline.bulk.requests import RequestTemplate, job_identity
 from pipeline.bulk.state import JobState, result_record
 from pipeline.bulk.transport import BulkPublisher, JobResults
 from pipeline.contract.messages import TranslationResult, now_ms
-from pipeline.contract.pairs import Pair, bulk_work_topic
+from pipeline.contract.pairs import BULK_REPLY_LABEL, Pair, bulk_work_topic
 from pipeline.control.cancels import cancels_for, publish_cancels
 from pipeline.engine.registry import Registry
 from pipeline.kafka.reply_topics import ReplyTopic
@@ -233,7 +233,7 @@ class _Pump:
                 kafka,
                 self._settings.replies,
                 self._spec.reply_topic,
-                label=f"bulk.{self._spec.job_id}",
+                label=f"{BULK_REPLY_LABEL}.{self._spec.job_id}",
             ) as reply,
             JobResults(kafka, self._spec.job_id, reply.name) as source,
             BulkPublisher(kafka, bulk_work_topic(self._model_id)) as sink,

@@ -38,6 +38,17 @@ TENANT_INGRESS_PREFIX = "translate.ingress."
 # the reply topic of a tenant's requests that name none: the shared results topic is not
 # readable by tenants, so without one a tenant could read none of its results
 DEFAULT_REPLY_NAME = "results"
+# The names the services' own topics, groups and transactions take, which the roles'
+# ACLs grant by prefix (pipeline/kafka/roles.py): a change here changes both sides.
+# Reply topics <replies.prefix>gateway.<instance>.<process> and <replies.prefix>bulk.<job>.*
+GATEWAY_REPLY_LABEL = "gateway"
+BULK_REPLY_LABEL = "bulk"
+# a gateway process's group, <prefix><instance>.<process>
+GATEWAY_GROUP_PREFIX = "babelstream-gateway."
+# the SLA job's Kafka sinks, one transactional id per checkpoint: <prefix><digest>
+SLA_TRANSACTION_PREFIX = "babelstream-sla-"
+# dlq replay's one transactional id: <kafka.client_id><suffix>
+REPLAY_TRANSACTION_SUFFIX = "-dlq-replay"
 # a tenant with topics of its own: no dot, so no tenant's topic prefix (its reply topics
 # are <replies.prefix><tenant>.*) is the start of another tenant's
 _TOPIC_TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -25,7 +25,12 @@ from pydantic import ValidationError
 
 from pipeline.contract.codec import DeadLettered, RecordRef, decode_original, decode_request
 from pipeline.contract.messages import DeadLetter, ReplayMarker, now_ms, record_id
-from pipeline.contract.pairs import DLQ_REPLAYED_TOPIC, DLQ_TOPIC, REQUESTS_TOPIC
+from pipeline.contract.pairs import (
+    DLQ_REPLAYED_TOPIC,
+    DLQ_TOPIC,
+    REPLAY_TRANSACTION_SUFFIX,
+    REQUESTS_TOPIC,
+)
 from pipeline.kafka.clients import kafka_python_options
 from pipeline.settings import KafkaSettings, LimitSettings
 
@@ -222,7 +227,7 @@ def plan_replay(
 
 def transactional_id(kafka: KafkaSettings) -> str:
     """Shared by every replayer, so a new one fences any still running."""
-    return f"{kafka.client_id}-dlq-replay"
+    return f"{kafka.client_id}{REPLAY_TRANSACTION_SUFFIX}"
 
 
 class Replayer:

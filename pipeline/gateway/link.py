@@ -34,7 +34,7 @@ from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from pipeline.contract.messages import Headers, TranslationRequest, TranslationResult
-from pipeline.contract.pairs import REQUESTS_TOPIC
+from pipeline.contract.pairs import GATEWAY_REPLY_LABEL, REQUESTS_TOPIC
 from pipeline.gateway.call_store import ResultStore
 from pipeline.kafka.clients import aiokafka_options
 from pipeline.kafka.reachability import split_address
@@ -58,7 +58,7 @@ class KafkaUnavailable(Exception):
 
 def reply_topic_name(settings: Settings, instance: str, process: int) -> str:
     """The reply topic of one gateway process."""
-    return f"{settings.replies.prefix}gateway.{instance}.{process}"
+    return f"{settings.replies.prefix}{GATEWAY_REPLY_LABEL}.{instance}.{process}"
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pipeline.contract.messages import (
     now_ms,
     tenant_label,
 )
+from pipeline.contract.pairs import GATEWAY_GROUP_PREFIX
 from pipeline.control.quotas import QuotaLimiter
 from pipeline.detect import Detection, detector_for
 from pipeline.engine.registry import Registry
@@ -121,7 +122,7 @@ class Gateway:
         self.link = KafkaLink(
             settings,
             reply_topic_name(settings, self.instance, process),
-            group_id=f"babelstream-gateway.{self.instance}.{process}",
+            group_id=f"{GATEWAY_GROUP_PREFIX}{self.instance}.{process}",
             store=self.store,
         )
         self.tenants = anonymous_quota(settings)

@@ -2,7 +2,7 @@
 
 On a cluster whose brokers authorize requests (``babelstream up --secure``), each
 service can run as the SCRAM user of its role, ``babelstream-<role>``, instead of
-the services' super user. :data:`ROLE_GRANTS` is what each may do, and nothing
+the services' super user. :func:`role_grants` is what each may do, and nothing
 else is allowed (the brokers refuse what no ACL grants):
 
 * only the router writes the interactive work topics, and only the router and a
@@ -37,14 +37,19 @@ from kafka.admin import (
 from pydantic import SecretStr
 
 from pipeline.contract.pairs import (
+    BULK_REPLY_LABEL,
     BULK_WORK_PREFIX,
     CANCEL_TOPIC,
     DLQ_TOPIC,
+    GATEWAY_GROUP_PREFIX,
+    GATEWAY_REPLY_LABEL,
     QUARANTINE_TOPIC,
+    REPLAY_TRANSACTION_SUFFIX,
     REQUESTS_TOPIC,
     RESULTS_TOPIC,
     SLA_LATE_TOPIC,
     SLA_TOPIC,
+    SLA_TRANSACTION_PREFIX,
     TENANT_INGRESS_PREFIX,
     TICKS_TOPIC,
     WORK_PREFIX,
@@ -61,10 +66,7 @@ ROLE_USER_PREFIX = "babelstream-"
 APP_PREFIX = "babelstream"
 # reply topics of the services themselves: <replies.prefix>gateway.<instance>.<process>,
 # <replies.prefix>bulk.<job>.<random>; no tenant may be named so (tenants.py)
-SERVICE_REPLY_LABELS = ("gateway", "bulk")
-# the Kafka sinks of the SLA job (one transactional id per checkpoint) and dlq replay
-SLA_TRANSACTIONS = "babelstream-sla-"
-REPLAY_TRANSACTION_SUFFIX = "-dlq-replay"
+SERVICE_REPLY_LABELS = (GATEWAY_REPLY_LABEL, BULK_REPLY_LABEL)
 
 Op = ACLOperation
 READ = (Op.READ, Op.DESCRIBE)
@@ -149,22 +151,22 @@ def role_grants(role: Role, replies_prefix: str, client_id: str) -> tuple[Grant,
             _topic(TICKS_TOPIC, READ),
             _topic(SLA_TOPIC, READ_WRITE),  # and the dashboard reads it
             _topic(SLA_LATE_TOPIC, READ_WRITE),
-            Grant("transactional-id", SLA_TRANSACTIONS, WRITE, prefixed=True),
+            Grant("transactional-id", SLA_TRANSACTION_PREFIX, WRITE, prefixed=True),
             # each sink's mark: an offset committed for a group named like its id
-            Grant("group", SLA_TRANSACTIONS, GROUP, prefixed=True),
+            Grant("group", SLA_TRANSACTION_PREFIX, GROUP, prefixed=True),
             # Spark's Kafka source names its consumer groups so
             Grant("group", "spark-kafka-", GROUP, prefixed=True),
         ),
         "gateway": (
             cluster,
             _topic(REQUESTS_TOPIC, WRITE),
-            _topics(f"{replies_prefix}gateway.", own_replies),
-            Grant("group", f"{APP_PREFIX}-gateway.", GROUP, prefixed=True),
+            _topics(f"{replies_prefix}{GATEWAY_REPLY_LABEL}.", own_replies),
+            Grant("group", GATEWAY_GROUP_PREFIX, GROUP, prefixed=True),
         ),
         "bulk": (
             cluster,
             _topics(BULK_WORK_PREFIX, WRITE),
-            _topics(f"{replies_prefix}bulk.", own_replies),
+            _topics(f"{replies_prefix}{BULK_REPLY_LABEL}.", own_replies),
             _topic(CANCEL_TOPIC, WRITE),  # bulk cancel
             _topic(RESULTS_TOPIC, READ),  # bulk spark-assemble
         ),

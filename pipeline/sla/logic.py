@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.contract.messages import LateResult, SlaWindow
-from pipeline.contract.pairs import Pair
+from pipeline.contract.pairs import SLA_TRANSACTION_PREFIX, Pair
 from pipeline.errors import BabelStreamError, ConfigError, ContractError
 from pipeline.settings import SlaSettings, SloObjectives
 
@@ -303,7 +303,7 @@ def sink_transactional_id(sla: SlaSettings) -> str:
     if sla.transactional_id:
         return sla.transactional_id
     digest = hashlib.blake2b(str(sla.checkpoint_dir.resolve()).encode(), digest_size=6)
-    return f"babelstream-sla-{digest.hexdigest()}"
+    return f"{SLA_TRANSACTION_PREFIX}{digest.hexdigest()}"
 
 
 @dataclass(frozen=True)

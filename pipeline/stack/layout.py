@@ -299,9 +299,14 @@ def client_environment(settings: Settings, role: Role | None = None) -> dict[str
     }
 
 
+def role_settings_folder(home: Path) -> Path:
+    """Where a secure stack's settings files per role are (:func:`role_settings_files`)."""
+    return home / "stack" / "roles"
+
+
 def role_settings_files(home: Path, role: Role) -> tuple[Path, Path]:
     """``roles/<role>.toml`` and ``roles/<role>.env``: a secure stack's clients as ``role``."""
-    folder = home / "stack" / "roles"
+    folder = role_settings_folder(home)
     return folder / f"{role}.toml", folder / f"{role}.env"
 
 

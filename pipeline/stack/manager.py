@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 from pipeline.engine.registry import registry_models
 from pipeline.errors import StackError, StackSettingsError
-from pipeline.kafka.roles import ROLES, ensure_roles, role_user
+from pipeline.kafka.roles import ensure_roles, role_user
 from pipeline.kafka.topics import ensure_topics, topic_specs
 from pipeline.settings import Settings
 from pipeline.stack import layout
@@ -229,7 +229,7 @@ def up(settings: Settings, report: Reporter = quiet) -> list[ServiceStatus]:
     toml_path, env_path = layout.write_client_settings(settings)
     report(f"clients: `source {env_path}` (or BABELSTREAM_CONFIG={toml_path})")
     if settings.stack.secure:
-        roles_folder = layout.role_settings_files(settings.stack.home, ROLES[0])[0].parent
+        roles_folder = layout.role_settings_folder(settings.stack.home)
         report(f"clients by role: {roles_folder}/<role>.env (or .toml)")
     return status(settings)
 
