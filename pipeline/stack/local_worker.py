@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -128,6 +128,19 @@ class WorkerProcess:
         url = f"http://{self._settings.worker.web_host}:{self.web_port}/babelstream/stats"
         with urllib.request.urlopen(url, timeout=5) as response:
             return dict(json.load(response))
+
+    def stats_when(
+        self, settled: Callable[[dict[str, Any]], bool], timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        """The worker's counters once ``settled`` holds of them (or at ``timeout_s``).
+
+        A batch is counted after its results are published, so a client holding
+        every result may read counters that miss the last batch for a moment.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not settled(stats := self.stats()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return stats
 
     def readiness(self) -> dict[str, Any] | None:
         """The readiness page's JSON, or None when it does not answer (yet)."""

@@ -126,9 +126,12 @@ def test_the_sla_job_bulk_runs_and_the_operator_work_as_their_roles(
     )  # fmt: skip
     assert bulk.returncode == 0, bulk.stderr
     assert "documents {'ok': 1}" in bulk.stdout, bulk.stdout
+    # A window is emitted once the ticks carry the watermark past its end: with the
+    # default 30 s lateness that may come after the idle stop, which the results'
+    # age (the machine's load) decides. A 1 s lateness closes them within it.
     sla = babelstream(
         stack, "sla", "sla", "--until-idle", "15s", "--checkpoint", str(tmp_path / "sla"),
-        "--sinks", "kafka,console", cwd=tmp_path,
+        "--window", "1s", "--watermark", "1s", "--sinks", "kafka,console", cwd=tmp_path,
     )  # fmt: skip
     assert sla.returncode == 0, sla.stderr[-3000:]
     assert "en_en-XA" in sla.stdout, sla.stdout
