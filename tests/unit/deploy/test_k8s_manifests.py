@@ -19,6 +19,7 @@ import yaml
 
 from pipeline.contract.pairs import work_topic
 from pipeline.engine.registry import registry_models
+from pipeline.kafka.roles import ROLES, Grant, Role, role_grants, role_user
 from pipeline.kafka.topics import topic_specs
 from pipeline.settings import PROJECT_ROOT, Settings
 from tests.docs_pages import code_blocks
@@ -30,6 +31,20 @@ WORKLOADS = ("StatefulSet", "Deployment")
 # created by the operator (overlays/cluster/kustomization.yaml says how)
 EXTERNAL_SECRETS = {"babelstream-redis"}
 APP_ID = "babelstream"  # the Faust app id = the workers' consumer group
+# the role whose Kafka user each component runs as in the cluster overlay
+COMPONENT_ROLES: dict[str, Role] = {
+    "router": "router",
+    "worker": "worker",
+    "sla": "sla",
+    "dashboard": "sla",  # reads what the SLA job writes
+    "gateway": "gateway",
+}
+STRIMZI_RESOURCES = {
+    "topic": "topic",
+    "group": "group",
+    "cluster": "cluster",
+    "transactional-id": "transactionalId",
+}
 
 Doc = dict[str, Any]
 
@@ -95,8 +110,19 @@ def settings_of(docs: list[Doc]) -> Settings:
         values.setdefault(section, {})[field] = value
     kafka = values.setdefault("kafka", {})
     if kafka.get("security_protocol", "").startswith("SASL_"):
+        # each workload's own (its role's user, a patch of the cluster overlay)
+        kafka.setdefault("sasl_username", "set-per-workload")
         kafka["sasl_password"] = "from-a-secret"
     return Settings.model_validate(values)
+
+
+def strimzi_acl(grant: Grant) -> Doc:
+    """A grant as an entry of a Strimzi KafkaUser's ``spec.authorization.acls``."""
+    resource: Doc = {"type": STRIMZI_RESOURCES[grant.kind]}
+    if grant.kind != "cluster":
+        resource |= {"name": grant.name, "patternType": "prefix" if grant.prefixed else "literal"}
+    operations = ["".join(w.capitalize() for w in op.name.split("_")) for op in grant.operations]
+    return {"resource": resource, "operations": operations, "host": "*"}
 
 
 def containers(workload: Doc) -> list[Doc]:
@@ -158,6 +184,10 @@ def check_references(docs: list[Doc]) -> None:
             assert port["targetPort"] in ports, (name, port)
 
     worker = by_key[("StatefulSet", "babelstream-worker")]
+    router = by_key[("StatefulSet", "babelstream-router")]
+    # the router in a group of its own, the workers without one: each request routed once
+    assert containers(router)[0]["args"] == ["worker", "--router-only"]
+    assert containers(worker)[0]["args"] == ["worker", "--no-router"]
     assert by_key[("Service", worker["spec"]["serviceName"])]["spec"]["clusterIP"] == "None"
     (container,) = containers(worker)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -211,7 +241,16 @@ def check_cluster(
     assert listener["tls"] and listener["authentication"]["type"] == "scram-sha-512"
     assert settings.kafka.security_protocol == "SASL_SSL"
     assert settings.kafka.sasl_mechanism == "SCRAM-SHA-512"
-    assert settings.kafka.sasl_username in {n for (k, n) in by_key if k == "KafkaUser"}
+    assert kafka["spec"]["kafka"]["authorization"] == {"type": "simple"}
+    users = {name: doc for (kind, name), doc in by_key.items() if kind == "KafkaUser"}
+    for role in ROLES:
+        grants = role_grants(role, settings.replies.prefix, settings.kafka.client_id)
+        expected = [strimzi_acl(grant) for grant in grants]
+        acls = users[role_user(role)]["spec"]["authorization"]["acls"]
+        assert acls == expected, (
+            f"kafka-user.yaml: {role_user(role)}'s ACLs are not pipeline/kafka/roles.py's; "
+            f"they are:\n{yaml.safe_dump(expected, sort_keys=False, default_flow_style=None)}"
+        )
     topics = {d["spec"]["topicName"]: d for k, d in by_key.items() if k[0] == "KafkaTopic"}
     specs = topic_specs(settings, registry_models(settings.engine.registry))
     assert set(topics) == set(specs)
@@ -285,12 +324,21 @@ def test_rendered_kustomization_references(folder: Path) -> None:
     docs = rendered(folder)
     check_references(docs)
     if folder == CLUSTER:
-        for (kind, _), doc in index(docs).items():
-            if kind in WORKLOADS and doc["metadata"]["labels"].get(
-                "app.kubernetes.io/component"
-            ) in {"worker", "sla", "dashboard", "gateway"}:
-                env = {e["name"] for e in containers(doc)[0]["env"]}
-                assert {"BABELSTREAM_KAFKA__SASL_PASSWORD", "BABELSTREAM_REDIS__PASSWORD"} <= env
+        workloads = [doc for (kind, _), doc in index(docs).items() if kind in WORKLOADS]
+        components = set()
+        for doc in workloads:
+            component = doc["metadata"]["labels"].get("app.kubernetes.io/component")
+            if component not in COMPONENT_ROLES:
+                continue
+            components.add(component)
+            env = {e["name"]: e for e in containers(doc)[0]["env"]}
+            assert "BABELSTREAM_REDIS__PASSWORD" in env
+            # the Kafka user of its role, with that user's password
+            user = role_user(COMPONENT_ROLES[component])
+            assert env["BABELSTREAM_KAFKA__SASL_USERNAME"]["value"] == user, component
+            password = env["BABELSTREAM_KAFKA__SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]
+            assert password == {"name": user, "key": "password"}, component
+        assert components == set(COMPONENT_ROLES)
 
 
 def test_the_gpu_overlay_gives_each_worker_a_gpu_and_the_gpu_image() -> None:
