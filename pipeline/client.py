@@ -23,7 +23,13 @@ from pipeline.contract.messages import (
     TranslationResult,
     now_ms,
 )
-from pipeline.contract.pairs import REQUESTS_TOPIC, RESULTS_TOPIC, Pair
+from pipeline.contract.pairs import (
+    REQUESTS_TOPIC,
+    RESULTS_TOPIC,
+    Pair,
+    tenant_ingress_topic,
+    tenant_reply_prefix,
+)
 from pipeline.errors import ContractError, LimitExceeded, StackError
 from pipeline.kafka.check import kafka_python_client
 from pipeline.kafka.reply_topics import ReplyTopic
@@ -166,13 +172,32 @@ def check_sendable(requests: Sequence[TranslationRequest], limits: LimitSettings
             raise LimitExceeded(f"text {number}: {violation}; nothing was sent")
 
 
+def check_own(requests: Sequence[TranslationRequest], tenant: str, replies_prefix: str) -> None:
+    """ContractError (one line, nothing sent) for a request that ``tenant``'s client may
+    not send: one naming another tenant, or a reply topic outside the tenant's own."""
+    own_replies = tenant_reply_prefix(replies_prefix, tenant)
+    for number, request in enumerate(requests, 1):
+        if request.tenant not in (None, tenant):
+            raise ContractError(
+                f"text {number}: names tenant {request.tenant!r}, but this client is "
+                f"tenant {tenant!r}'s; nothing was sent"
+            )
+        if request.reply_to is not None and not request.reply_to.startswith(own_replies):
+            raise ContractError(
+                f"text {number}: reply topic {request.reply_to!r} is not tenant {tenant!r}'s "
+                f"(its names start with {own_replies!r}); nothing was sent"
+            )
+
+
 class TranslationClient(ProducerOwner):
     """Publishes :class:`TranslationRequest` s and collects their results.
 
     Requests are keyed by pair id on ``translate.requests`` (acks=all,
-    idempotent producer with retries), so one pair's requests stay in order.
-    Every request is checked against the deployment ``limits`` first; a
-    request over a limit raises :class:`LimitExceeded` and nothing is sent.
+    idempotent producer with retries), so one pair's requests stay in order;
+    a tenant's client (``tenant``) writes them to the tenant's own ingress,
+    ``translate.ingress.<tenant>``, instead. Every request is checked against
+    the deployment ``limits`` first; a request over a limit raises
+    :class:`LimitExceeded` and nothing is sent.
     """
 
     def __init__(
@@ -181,28 +206,38 @@ class TranslationClient(ProducerOwner):
         limits: LimitSettings | None = None,
         replies: ReplySettings | None = None,
         reply_topic: str | None = None,
+        tenant: str | None = None,
     ) -> None:
         """``replies`` given: each :meth:`translate` call reads a reply topic of its own
         (``reply_topic``, kept, or an ephemeral one deleted after the call) instead of
-        scanning the shared results topic."""
+        scanning the shared results topic. ``tenant`` given (``tenants.client_tenant``):
+        this client is that tenant's, with its Kafka user; it may read only reply topics
+        under ``<replies.prefix><tenant>.``, so :meth:`translate` always uses one."""
         super().__init__(settings, "client")
         self._limits = limits or LimitSettings()
-        self._replies = replies
+        self._tenant = tenant
+        self._replies = replies if replies is not None or tenant is None else ReplySettings()
         self._reply_topic = reply_topic
+        self.ingress = tenant_ingress_topic(tenant) if tenant is not None else REQUESTS_TOPIC
 
     def submit(
         self,
         requests: Sequence[TranslationRequest],
         headers: Headers | None = None,
-        topic: str = REQUESTS_TOPIC,
+        topic: str | None = None,
     ) -> list[str]:
-        """Publish requests and wait until the broker acknowledged each one.
+        """Publish requests to ``topic`` (default: :attr:`ingress`) and wait until the
+        broker acknowledged each one.
 
         Each request gets a ``submit`` span (a child of the current span, or of
         a ``traceparent`` already in ``headers``) whose W3C trace context is
-        injected into the record's headers.
+        injected into the record's headers. A tenant's client refuses requests
+        that name another tenant or a reply topic not its own (ContractError,
+        nothing sent): the workers would only dead-letter them.
         """
+        topic = topic or self.ingress
         check_sendable(requests, self._limits)
+        self._check_own(requests)
         parent = extract_context(headers) if has_trace_context(headers) else None
         futures = []
         for request in requests:
@@ -238,13 +273,20 @@ class TranslationClient(ProducerOwner):
     ) -> ReplyBatch:
         """Submit and wait for one result per request id (first one wins)."""
         check_sendable(requests, self._limits)
+        self._check_own(requests)
         if self._replies is None:
             return self._translate(requests, timeout_s, headers)
-        with ReplyTopic.for_call(self._settings, self._replies, self._reply_topic) as topic:
+        with ReplyTopic.for_call(
+            self._settings, self._replies, self._reply_topic, label=self._tenant
+        ) as topic:
             own = [
                 r if r.reply_to else r.model_copy(update={"reply_to": topic.name}) for r in requests
             ]
             return self._translate(own, timeout_s, headers)
+
+    def _check_own(self, requests: Sequence[TranslationRequest]) -> None:
+        if self._tenant is not None:
+            check_own(requests, self._tenant, (self._replies or ReplySettings()).prefix)
 
     def _translate(
         self,

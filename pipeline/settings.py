@@ -34,7 +34,14 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from pipeline.contract.pairs import RESULTS_TOPIC, SLA_LATE_TOPIC, SLA_TOPIC, TICKS_TOPIC, Pair
+from pipeline.contract.pairs import (
+    RESULTS_TOPIC,
+    SLA_LATE_TOPIC,
+    SLA_TOPIC,
+    TICKS_TOPIC,
+    TOPIC_TENANT_PATTERN,
+    Pair,
+)
 from pipeline.errors import ConfigError, ContractError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -367,6 +374,8 @@ class WorkerSettings(_Section):
     static_membership: bool = True
     # this replica's group.instance.id; None: <hostname>-<web port>
     instance_id: str | None = None
+    # the consumer group of `worker --router-only` (one group routes translate.requests)
+    router_group: str = Field("babelstream-router", min_length=1)
     # How long the group waits for a silent member before moving its partitions
     # (the failover time after a crash); heartbeats go out every third of it.
     session_timeout_s: float = Field(10.0, ge=6.0, le=300.0)
@@ -651,6 +660,10 @@ class TenantSettings(_Section):
     identity_from_topic: bool = False
     # how soon workers read the ingress topic of a tenant added after they started
     ingress_discovery_s: float = Field(10.0, gt=0)
+    # the clients (`babelstream submit`, `translate`, `results`, TranslationClient) run as
+    # this tenant, with the Kafka user `tenants add` made for it: requests go to its ingress
+    # and results come back on its reply topics; None: the shared ingress and results
+    client_tenant: str | None = Field(None, pattern=rf"^{TOPIC_TENANT_PATTERN}$")
     # quotas: characters per quota window; None = unlimited
     default_quota_chars: int | None = Field(None, ge=1)
     # tenant -> characters per quota window (others: default_quota_chars)
@@ -894,6 +907,10 @@ class GatewaySettings(_Section):
     # after such a 408 or 431 what the client still sends is read and dropped this long
     # before the connection closes, so it reads the answer rather than a reset
     refused_linger_s: float = Field(2.0, ge=0)
+    # LibreTranslate passes every translation it answers through html.unescape (&amp; -> &,
+    # &#39; -> '), HTML and text alike; False answers the pipeline's translation as it is
+    # (an HTML answer then stays well-formed: a &lt; in text is kept)
+    unescape_entities: bool = True
     # LibreTranslate's alternatives_limit; the pipeline makes one translation, so
     # alternatives are always empty lists
     alternatives_limit: int = Field(3, ge=0)

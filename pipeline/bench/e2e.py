@@ -21,7 +21,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from pipeline.bench.cpu import measured_cpu
@@ -70,15 +70,23 @@ def measure_e2e(
     worker: WorkerProcess,
     texts: Sequence[str],
     rate: float | None = None,
+    router: WorkerProcess | None = None,
 ) -> LoadFigures:
-    """The requests through ``worker`` (started by the caller), at ``rate`` or all at once."""
+    """The requests through ``worker`` (started by the caller), at ``rate`` or all at once;
+    ``router``: the router runs apart in that process (its CPU is measured too)."""
     if settings.tenants.fair_share and worker.last_request_at is not None:
         quiet_at = worker.last_request_at + settings.tenants.active_s
         time.sleep(max(0.0, quiet_at - time.monotonic()))
     if worker.pid is None:
         raise RuntimeError("measure_e2e needs a started worker")
     before = worker.stats()
-    with measured_cpu(worker.pid, loop_thread=True) as meter:
+    with ExitStack() as meters:
+        meter = meters.enter_context(measured_cpu(worker.pid, loop_thread=True))
+        router_meter = (
+            meters.enter_context(measured_cpu(router.pid, loop_thread=True))
+            if router is not None and router.pid is not None
+            else None
+        )
         report = run_load(settings.kafka, fresh_requests(texts, target), rate=rate)
     worker.last_request_at = time.monotonic()
     after = worker.stats()
@@ -91,6 +99,7 @@ def measure_e2e(
         engine_busy_ratio=round(busy, 3) if busy is not None else None,
         offered_rps=rate,
         cpu=meter.use,
+        router_cpu=router_meter.use if router_meter is not None else None,
     )
 
 

@@ -5,7 +5,8 @@ translator (tokenising, the batching plan, detokenising) around a model that
 is never called. What a request costs then is the pipeline's own: Kafka
 consume and produce, decode, dedup, caches, spans, metrics, the router's hop.
 :func:`hotpath_figures` turns one saturating run (all requests at once) into
-requests/s, the worker's event-loop CPU and its whole CPU per request;
+requests/s, the worker's event-loop CPU and its whole CPU per request (and
+the router's, where it runs in a process of its own);
 :class:`SamplingProfile` samples the worker meanwhile (py-spy) and says where
 its time went, so the figures come with their explanation.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from pipeline.bench.cpu import CpuUse
 from pipeline.bench.report import LoadFigures
 
 # leaf frames' files (as py-spy names them: from their sys.path entry), by the part of
@@ -58,17 +60,27 @@ class HotPathFigures:
     worker_cpu_ms_per_request: float | None
     p50_ms: float
     p99_ms: float
+    # CPU of the router's process per request, where it runs apart (else in the worker's)
+    router_cpu_ms_per_request: float | None = None
+
+
+def _ms_per_request(cores: float, cpu: CpuUse, requests: int) -> float:
+    return round(cores * cpu.wall_s / requests * 1000, 3)
 
 
 def hotpath_figures(run: LoadFigures) -> HotPathFigures:
     """Per-request CPU from a run's :class:`~pipeline.bench.cpu.CpuUse` (cores x wall)."""
-    cpu, n = run.cpu, max(1, run.results)
-    loop = worker = None
+    cpu, router, n = run.cpu, run.router_cpu, max(1, run.results)
+    loop = worker = router_ms = None
     if cpu is not None:
         loop_cores = cpu.loop_cores or 0.0
-        loop = round(loop_cores * cpu.wall_s / n * 1000, 3)
-        worker = round((cpu.engine_cores + loop_cores) * cpu.wall_s / n * 1000, 3)
-    return HotPathFigures(run.results, run.throughput_rps, loop, worker, run.p50_ms, run.p99_ms)
+        loop = _ms_per_request(loop_cores, cpu, n)
+        worker = _ms_per_request(cpu.engine_cores + loop_cores, cpu, n)
+    if router is not None:
+        router_ms = _ms_per_request(router.engine_cores + (router.loop_cores or 0.0), router, n)
+    return HotPathFigures(
+        run.results, run.throughput_rps, loop, worker, run.p50_ms, run.p99_ms, router_ms
+    )
 
 
 def part_of(frame: str) -> str:

@@ -119,6 +119,8 @@ class LoadFigures:
     # where the machine's CPU went while the requests ran (the worker's engine, its loop,
     # everything else); None where not measured
     cpu: CpuUse | None = None
+    # the router's process, where it runs apart from the worker
+    router_cpu: CpuUse | None = None
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any], **extra: Any) -> LoadFigures:

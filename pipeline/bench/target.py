@@ -10,7 +10,8 @@ topic or the ingress topic: it would measure whichever worker answers first.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,8 @@ from pathlib import Path
 from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
 from pipeline.engine.registry import PairEntry, Registry
 from pipeline.errors import ConfigError
-from pipeline.kafka.groups import consumer_groups, serving
-from pipeline.kafka.topics import ensure_topics, model_topic_specs
+from pipeline.kafka.groups import consumer_groups, delete_group, serving, start_group_at_end
+from pipeline.kafka.topics import ensure_named, ensure_topics, model_topic_specs
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.local_worker import WorkerProcess
 
@@ -101,10 +102,15 @@ def bench_worker(
     target: BenchTarget,
     log_name: str,
     env: dict[str, str] | None = None,
+    *,
+    args: Sequence[str] = (),
+    probe: bool = True,
 ) -> Iterator[WorkerProcess]:
     """A worker for the target pair alone, started for this bench and stopped after it.
 
-    ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables).
+    ``env`` adds settings for that worker only (``BABELSTREAM_...`` variables), ``args``
+    options of ``babelstream worker`` (``--no-router``: then ``probe=False``, as a worker
+    that does not route cannot answer a probe alone).
     """
     refuse_if_served(
         settings.kafka, target.entry.model_id, grace_s=settings.worker.session_timeout_s
@@ -123,6 +129,34 @@ def bench_worker(
             **(env or {}),
         },
         probe_pair=target.entry.pair,
+        args=args,
+        probe=probe,
     )
     with worker:
         yield worker
+
+
+@contextmanager
+def bench_router(settings: Settings, log_name: str) -> Iterator[WorkerProcess]:
+    """A router of its own (``worker --router-only``) for a bench, in a consumer group of
+    its own that starts at the end of the ingress topic, so neither the deployment's
+    router group nor requests left on the topic by others come into the measurement.
+    The group is deleted after it."""
+    group = f"{settings.worker.router_group}-bench-{uuid.uuid4().hex[:8]}"
+    ensure_named(settings, REQUESTS_TOPIC)
+    start_group_at_end(settings.kafka, group, REQUESTS_TOPIC)
+    router = WorkerProcess(
+        settings,
+        log_path=settings.stack.home / "log" / log_name,
+        env={
+            "BABELSTREAM_WORKER__ROUTER_GROUP": group,
+            "BABELSTREAM_WORKER__STATIC_MEMBERSHIP": "false",
+        },
+        args=["--router-only"],
+        probe=False,
+    )
+    try:
+        with router:
+            yield router
+    finally:
+        delete_group(settings.kafka, group)

@@ -51,7 +51,8 @@ SLA_TRANSACTION_PREFIX = "babelstream-sla-"
 REPLAY_TRANSACTION_SUFFIX = "-dlq-replay"
 # a tenant with topics of its own: no dot, so no tenant's topic prefix (its reply topics
 # are <replies.prefix><tenant>.*) is the start of another tenant's
-_TOPIC_TENANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOPIC_TENANT_PATTERN = r"[A-Za-z0-9_-]{1,64}"
+_TOPIC_TENANT = re.compile(TOPIC_TENANT_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)

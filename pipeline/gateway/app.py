@@ -228,7 +228,7 @@ class FileJobAnswer(BaseModel):
 class FileForm(BaseModel):
     """``POST /translate_file`` (multipart)."""
 
-    file: bytes = Field(description="File to translate (.txt, .html, .htm, .md)")
+    file: bytes = Field(description="File to translate (.txt, .html, .htm, .md, .srt)")
     source: str = Field(description='Source language code or "auto"')
     target: str = Field(description="Target language code")
     api_key: str | None = None

@@ -10,6 +10,7 @@ extensions (:data:`EXTENSIONS`) are optional fields its clients never send.
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -273,6 +274,12 @@ def failure(results: Sequence[TranslationResult]) -> ApiError | None:
         # error results are input-caused (the contract): the request cannot succeed as sent
         return ApiError(400, f"Cannot translate text: {result.error or result.reason}")
     return None
+
+
+def as_answered(translation: str, unescape_entities: bool) -> str:
+    """A translation as ``/translate`` answers it: with its HTML character references
+    unescaped, as LibreTranslate answers (``gateway.unescape_entities``), or as it is."""
+    return html.unescape(translation) if unescape_entities else translation
 
 
 def answer(

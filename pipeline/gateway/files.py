@@ -3,26 +3,31 @@
 Plain text (``.txt``) is cut into sentences, HTML (``.html``, ``.htm``) and
 Markdown (``.md``) are one document each whose markup the fidelity layer
 keeps (so such a file may hold at most ``limits.max_text_bytes`` of
-UTF-8). The job runs at bulk priority (``translate.work-bulk.<model>``, behind
-interactive work), reads its results from the gateway process's reply
-topic, and keeps its state under ``gateway.files_dir/<job id>/`` like any
-bulk job (``babelstream bulk status``). The call waits for the job, as
-LibreTranslate's does, then answers the translated file's URL.
+UTF-8), and in SubRip subtitles (``.srt``) each cue's text is one text to
+translate, its number and times kept. The job runs at bulk priority
+(``translate.work-bulk.<model>``, behind interactive work), reads its
+results from the gateway process's reply topic, and keeps its state under
+``gateway.files_dir/<job id>/`` like any bulk job (``babelstream bulk
+status``). The call waits for the job, as LibreTranslate's does, then
+answers the translated file's URL.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
+import srt
 from fastapi.responses import FileResponse
 from starlette.datastructures import UploadFile
 
@@ -40,17 +45,61 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# file suffix -> how its text is parsed
+# file suffix -> how its text is parsed (SUBTITLES: each cue's text is one plain text)
+SUBTITLES = "subtitles"
 SUFFIXES: dict[str, str] = {
     ".txt": "text",
     ".html": "html",
     ".htm": "html",
     ".md": "markdown",
+    ".srt": SUBTITLES,
 }
 _JOB = re.compile(rf"{FILE_JOB_PREFIX}[0-9a-f]{{32}}")
 # a job's translated file, in its folder beside the upload and the bulk job's own files
 OUTPUT_DIR = "out"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def parse_cues(text: str) -> list[srt.Subtitle]:
+    """The cues of a SubRip file, or a 400 naming where it stops being one."""
+    try:
+        return list(srt.parse(text))
+    except srt.SRTParseError as exc:
+        unexpected = exc.unmatched_content[:40]
+        raise ApiError(
+            400,
+            f"Invalid request: not a SubRip (.srt) file: at character {exc.expected_start}, "
+            f"{unexpected!r} is not a cue",
+        ) from None
+
+
+def write_cues(cues: Sequence[srt.Subtitle], path: Path) -> list[str]:
+    """Write the cues with text as a JSON Lines corpus, a document each, and answer their
+    ids (a cue's position; its lines are one text, one sentence broken for the screen)."""
+    ids = []
+    with path.open("w", encoding="utf-8") as corpus:
+        for position, cue in enumerate(cues):
+            text = " ".join(cue.content.split())
+            if text:
+                ids.append(str(position))
+                corpus.write(json.dumps({"id": str(position), "text": text}) + "\n")
+    return ids
+
+
+def compose_cues(cues: Sequence[srt.Subtitle], translations: dict[str, str]) -> str:
+    """The SubRip file with each cue's text replaced by its translation (by position;
+    a cue without text stays as it was)."""
+    translated = [
+        srt.Subtitle(
+            cue.index,
+            cue.start,
+            cue.end,
+            translations.get(str(position), cue.content),
+            cue.proprietary,
+        )
+        for position, cue in enumerate(cues)
+    ]
+    return str(srt.compose(translated, reindex=False))
 
 
 def safe_name(filename: str) -> str:
@@ -142,12 +191,14 @@ class FileJobs:
         if len(data) > limit:
             raise ApiError(413, f"Invalid request: a file may have at most {limit} bytes")
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a byte order mark is not text to translate
         except UnicodeDecodeError:
             raise ApiError(400, "Invalid request: the file is not UTF-8 text") from None
+        cues = parse_cues(text) if SUFFIXES[suffix] == SUBTITLES else None
         if source is None:
             among = [*languages.sources_for(target), target]
-            source = gateway.detect([text[:2000]], among)[0].language or target
+            sample = text if cues is None else "\n".join(cue.content for cue in cues)
+            source = gateway.detect([sample[:2000]], among)[0].language or target
         if source != target and not languages.serves(source, target):
             raise ApiError(
                 400,
@@ -174,7 +225,7 @@ class FileJobs:
         _write_status(job_dir, {"tenant": tenant, "state": "running"})
         source_file = job_dir / f"source{suffix}"
         source_file.write_bytes(data)
-        spec = None
+        translate = None
         if source != target:
             spec = JobSpec(
                 job_id=job_id,
@@ -186,9 +237,10 @@ class FileJobs:
                 text_format=SUFFIXES[suffix],
                 reply_topic=gateway.link.reply_topic,
             )
+            translate = self._translation(spec, job_dir, cues)
         base = base_url.rstrip("/")
         url = f"{base}/download_file/{job_id}.{name}"
-        work = self._finish(job_dir, tenant, spec, source_file, name, url)
+        work = self._finish(job_dir, tenant, translate, text, name, url)
         if len(data) <= limits.sync_file_bytes:
             return 200, {"translatedFileUrl": await work}
         task = asyncio.create_task(work)
@@ -200,22 +252,39 @@ class FileJobs:
             "statusUrl": f"{base}/translate_file/{job_id}",
         }
 
+    def _translation(
+        self, spec: JobSpec, job_dir: Path, cues: list[srt.Subtitle] | None
+    ) -> Callable[[], str]:
+        """What makes the translated file (run in a thread): a bulk job over the upload as
+        one document, or over a subtitle file's cues, a document each."""
+        if cues is None:
+            reader = CorpusReader([Path(spec.inputs[0])], fmt="text")
+            return lambda: self._run(spec, reader)[0]
+        corpus = job_dir / "cues.jsonl"
+        ids = write_cues(cues, corpus)
+        spec = dataclasses.replace(spec, inputs=(str(corpus),), fmt="jsonl", text_format="text")
+
+        def translated() -> str:
+            if not ids:  # nothing to translate: no job
+                return compose_cues(cues, {})
+            translations = self._run(spec, CorpusReader([corpus], fmt="jsonl"))
+            return compose_cues(cues, dict(zip(ids, translations, strict=True)))
+
+        return translated
+
     async def _finish(
         self,
         job_dir: Path,
         tenant: str,
-        spec: JobSpec | None,
-        source_file: Path,
+        translate: Callable[[], str] | None,
+        text: str,
         name: str,
         url: str,
     ) -> str:
-        """Translate the upload (``spec``: None when already in the target language), keep
-        the translation downloadable, and record how the job ended."""
+        """Make the translated file (``translate``: None when ``text`` is already in the
+        target language), keep it downloadable, and record how the job ended."""
         try:
-            if spec is None:
-                translated = source_file.read_text(encoding="utf-8")
-            else:
-                translated = await asyncio.to_thread(self._run, spec, source_file)
+            translated = text if translate is None else await asyncio.to_thread(translate)
             # apart from the upload and the job's own files: only this is ever downloadable
             (job_dir / OUTPUT_DIR).mkdir(exist_ok=True)
             (job_dir / OUTPUT_DIR / name).write_text(translated, encoding="utf-8")
@@ -261,24 +330,22 @@ class FileJobs:
             return 200, {"translatedFileUrl": found["url"]}
         raise ApiError(int(found["status"]), str(found["error"]))
 
-    def _run(self, spec: JobSpec, source_file: Path) -> str:
+    def _run(self, spec: JobSpec, reader: CorpusReader) -> list[str]:
+        """The translations of the job's documents, in their order."""
         settings = self._settings.model_copy(
             update={"bulk": self._settings.bulk.model_copy(update={"state_dir": self._dir})}
         )
         try:
-            report = run_job(
-                settings, spec, CorpusReader([source_file], fmt="text"), progress=False
-            )
+            report = run_job(settings, spec, reader, progress=False)
         except BulkError as exc:
             # the job's messages name its files; callers are told what, not where
             message = str(exc).replace(str(self._dir), "<files>")
             raise ApiError(400, f"Cannot translate file: {message}") from None
         table = pq.read_table(report.output or "", columns=["translation", "status", "errors"])
-        status = table.column("status")[0].as_py()
-        if status != "ok":
-            errors = table.column("errors")[0].as_py()
-            raise ApiError(400, f"Cannot translate file: {status}: {errors}")
-        return str(table.column("translation")[0].as_py() or "")
+        for row in table.to_pylist():
+            if row["status"] != "ok":
+                raise ApiError(400, f"Cannot translate file: {row['status']}: {row['errors']}")
+        return [str(text or "") for text in table.column("translation").to_pylist()]
 
     def clean(self) -> int:
         """Delete the expired file jobs (``gateway.files_ttl_s``); how many were deleted."""

@@ -40,6 +40,7 @@ from pipeline.gateway.calls import (
     ApiError,
     TranslateCall,
     answer,
+    as_answered,
     call_fingerprint,
     failure,
     over_limit,
@@ -274,7 +275,8 @@ class Gateway:
         problem = failure(results)
         if problem is not None:
             raise problem
-        by_id = {r.request_id: r.translation or "" for r in results}
+        unescape = self.settings.gateway.unescape_entities
+        by_id = {r.request_id: as_answered(r.translation or "", unescape) for r in results}
         translations = [
             k if k is not None else by_id[item_ids[i] or ""] for i, k in enumerate(known)
         ]
@@ -423,7 +425,9 @@ class Gateway:
         missing = [rid for rid in ids if rid not in found]
         # what is translated so far, so a timed-out call's finished texts are not lost
         done = [
-            known if rid is None else _translation(found.get(rid))
+            known
+            if rid is None
+            else _translation(found.get(rid), self.settings.gateway.unescape_entities)
             for known, rid in zip(pending.known, pending.item_ids, strict=True)
         ]
         partial = done if pending.as_list else done[0]
@@ -469,8 +473,8 @@ class Gateway:
         }
 
 
-def _translation(result: TranslationResult | None) -> str | None:
-    """A result's translation; None while it has none or when it failed."""
+def _translation(result: TranslationResult | None, unescape_entities: bool) -> str | None:
+    """A result's translation as answered; None while it has none or when it failed."""
     if result is None or result.status != "ok":
         return None
-    return result.translation or ""
+    return as_answered(result.translation or "", unescape_entities)

@@ -16,8 +16,10 @@ from typing import Any
 
 from kafka import TopicPartition
 from kafka.admin import OffsetSpec
+from kafka.errors import NoError
 
 from pipeline.contract.pairs import BULK_WORK_PREFIX, WORK_PREFIX
+from pipeline.errors import ServiceUnavailable
 from pipeline.kafka.check import admin_client
 from pipeline.settings import KafkaSettings
 
@@ -197,3 +199,35 @@ def _with_lag(admin: Any, group: Group) -> Group:
         position = done.offset if done is not None and done.offset >= 0 else starts[tp].offset
         lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[tp].offset - position)
     return Group(group.group_id, group.state, group.members, dict(sorted(lag.items())))
+
+
+def start_group_at_end(kafka: KafkaSettings, group_id: str, topic: str) -> None:
+    """Commit ``group_id``'s offsets at the end of every partition of ``topic``: a group
+    without members then reads only what is written after this (not the topic's past)."""
+    admin = admin_client(kafka, "groups")
+    try:
+        (described,) = admin.describe_topics([topic])
+        ends = {
+            TopicPartition(topic, p["partition_index"]): OffsetSpec.LATEST
+            for p in described["partitions"]
+        }
+        failed = {
+            tp.partition: outcome["error"].__name__
+            for tp, outcome in admin.reset_group_offsets(group_id, ends).items()
+            if outcome["error"] is not NoError
+        }
+    finally:
+        admin.close()
+    if failed:
+        raise ServiceUnavailable(
+            f"could not start group {group_id} at the end of {topic}: {failed}"
+        )
+
+
+def delete_group(kafka: KafkaSettings, group_id: str) -> None:
+    """Delete a consumer group without members (its committed offsets go with it)."""
+    admin = admin_client(kafka, "groups")
+    try:
+        admin.delete_groups([group_id])
+    finally:
+        admin.close()

@@ -97,3 +97,12 @@ def test_a_bench_runs_with_its_defaults(
     except ValueError:
         report = json.loads(out)
     assert isinstance(report, dict) and report, out[-2000:]
+    if name == "hotpath":
+        # the router in the worker's process and in one of its own: every request answered
+        assert {layout: run["missing"] for layout, run in report["runs"].items()} == {
+            "together": 0,
+            "apart": 0,
+        }
+        assert report["extra"]["hotpath"]["apart"]["router_cpu_ms_per_request"] > 0
+        assert report["extra"]["hotpath"]["together"]["router_cpu_ms_per_request"] is None
+        assert report["ratios"]["apart_over_together_rps"] > 0

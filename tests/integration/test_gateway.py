@@ -206,6 +206,19 @@ def test_mastodon_shape(gateway: GatewayProcess) -> None:
     assert answer.headers["access-control-allow-origin"] == "*"
 
 
+def test_answers_are_unescaped_as_libretranslate_answers_them(gateway: GatewayProcess) -> None:
+    # LibreTranslate passes what it answers through html.unescape; the fidelity layer
+    # writes the HTML's text with its references (&amp;) again
+    answer = post(
+        gateway,
+        "/translate",
+        json={"q": "<p>Tom &amp; Jerry&#39;s show</p>", **EN_XA, "format": "html"},
+    )
+    assert answer.status_code == 200, answer.text
+    shown = to_pseudo("Tom & Jerry's show")
+    assert answer.json()["translatedText"] == f"<p>{shown}</p>"
+
+
 def test_a_text_in_a_language_no_model_translates_is_refused_not_called_english(
     gateway: GatewayProcess,
 ) -> None:
@@ -542,6 +555,14 @@ def test_kafka_unreachable_answers_503_without_waiting_to_produce(
         ("notes.txt", "Hello world.\nWhere is the train station?\n", None),
         ("page.html", "<p>Hello <b>world</b></p>", "<p>Ĥéļļö <b>ŵöŕļð</b></p>"),
         ("readme.md", "# Hello\n\nSee *you* soon.\n", "# Ĥéļļö\n\nŠéé *ýöû* šööñ.\n"),
+        # a byte order mark, a cue over two lines, numbers and times kept
+        (
+            "talk.srt",
+            "\ufeff1\n00:00:01,000 --> 00:00:02,500\nHello world.\n\n"
+            "4\n00:00:03,000 --> 00:00:04,200\nSee you\nsoon.\n\n",
+            f"1\n00:00:01,000 --> 00:00:02,500\n{to_pseudo('Hello world.')}\n\n"
+            f"4\n00:00:03,000 --> 00:00:04,200\n{to_pseudo('See you soon.')}\n\n",
+        ),
     ],
 )
 def test_translate_file(
@@ -564,7 +585,7 @@ def test_translate_file(
     # the upload and the job's own files (absolute server paths inside) are not served
     job = url.rsplit("/", 1)[1].split(".", 1)[0]
     suffix = name.rsplit(".", 1)[1]
-    for other in (f"source.{suffix}", "translated.parquet", "manifest.json"):
+    for other in (f"source.{suffix}", "translated.parquet", "manifest.json", "cues.jsonl"):
         refused = requests.get(f"{gateway.url}/download_file/{job}.{other}", timeout=10)
         assert refused.status_code == 404, other
 
@@ -667,6 +688,14 @@ def test_file_errors(gateway: GatewayProcess) -> None:
         data={"source": "en", "target": "en-XA"},
     )
     assert bad.json() == {"error": "Invalid request: file format not supported"}
+    broken = post(
+        gateway,
+        "/translate_file",
+        files={"file": ("talk.srt", b"Hello.\nNo cues here.\n")},
+        data={"source": "en", "target": "en-XA"},
+    )
+    assert broken.status_code == 400
+    assert broken.json()["error"].startswith("Invalid request: not a SubRip (.srt) file: at ")
     assert requests.get(f"{gateway.url}/download_file/..%2Fsecret", timeout=10).status_code in (
         400,
         404,

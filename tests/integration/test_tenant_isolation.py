@@ -26,6 +26,7 @@ from kafka.errors import KafkaError, TopicAuthorizationFailedError
 from pydantic import SecretStr
 
 from pipeline.cli.main import main
+from pipeline.client import TranslationClient, build_requests
 from pipeline.contract.messages import DeadLetter, TranslationResult, now_ms
 from pipeline.contract.pairs import (
     DLQ_TOPIC,
@@ -272,6 +273,51 @@ def test_a_request_naming_another_tenant_is_a_dead_letter_and_reaches_no_one_els
     told = replies_to(tenants["acme"], own, request_id, timeout_s=60)
     assert [(r.status, r.reason, r.tenant) for r in told] == [("error", "tenant_mismatch", "acme")]
     assert results_of(theirs.drain(), request_id) == []  # nothing of it reached globex
+
+
+def test_the_projects_client_and_commands_run_as_a_tenant(
+    operator: Settings, worker: WorkerProcess
+) -> None:
+    # the variables `tenants add` prints are all a tenant's client needs beside the brokers
+    made = CliRunner().invoke(
+        main, ["tenants", "add", "initech"], env=layout.client_environment(operator)
+    )
+    assert made.exit_code == 0, made.output
+    printed = dict(line.split("=", 1) for line in made.stdout.splitlines())
+    assert printed["BABELSTREAM_TENANTS__CLIENT_TENANT"] == "initech"
+    env = {**layout.client_environment(operator), **printed}
+    kafka = operator.kafka.model_copy(
+        update={
+            "sasl_username": printed["BABELSTREAM_KAFKA__SASL_USERNAME"],
+            "sasl_password": SecretStr(printed["BABELSTREAM_KAFKA__SASL_PASSWORD"]),
+        }
+    )
+    # TranslationClient: the tenant's ingress, and a reply topic under its own prefix
+    with TranslationClient(kafka, replies=operator.replies, tenant="initech") as client:
+        assert client.ingress == tenant_ingress_topic("initech")
+        replies = client.translate(build_requests(["Hello, initech."], DEMO_PAIR), timeout_s=90)
+    (result,) = replies.ordered
+    assert result is not None and (result.status, result.tenant) == ("ok", "initech"), result
+
+    def cli(*args: str) -> Any:
+        return CliRunner().invoke(main, list(args), env=env)
+
+    pair = ["--src", DEMO_PAIR.source, "--tgt", DEMO_PAIR.target]
+    said = cli("translate", *pair, "Hello from initech's shell.", "--json", "--timeout", "60s")
+    assert said.exit_code == 0, said.output
+    shown = TranslationResult.model_validate_json(said.stdout.strip())
+    assert (shown.status, shown.tenant) == ("ok", "initech")
+    # submit, then results: read from the tenant's default reply topic, not translate.results
+    submitted = cli("submit", *pair, "Fetched later by initech.")
+    assert submitted.exit_code == 0, submitted.output
+    request_id = submitted.stdout.strip()
+    fetched = cli("results", request_id, "--wait", "60s", "--json")
+    assert fetched.exit_code == 0, fetched.output
+    assert TranslationResult.model_validate_json(fetched.stdout.strip()).tenant == "initech"
+    # naming another tenant is refused before anything is sent
+    other = cli("submit", *pair, "--tenant", "globex", "Spend globex's quota.")
+    assert other.exit_code == 2
+    assert "names tenant 'globex', but this client is tenant 'initech''s" in other.output
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,13 @@ from pipeline.client import (
     fetch_results,
 )
 from pipeline.contract.messages import TextFormat
-from pipeline.contract.pairs import REQUESTS_TOPIC, Pair, work_topic
+from pipeline.contract.pairs import (
+    REQUESTS_TOPIC,
+    RESULTS_TOPIC,
+    Pair,
+    default_reply_topic,
+    work_topic,
+)
 from pipeline.engine.registry import Registry
 from pipeline.fidelity.prepare import FORMATS as TEXT_FORMATS
 from pipeline.kafka.reachability import require_kafka
@@ -171,6 +177,13 @@ def no_result_hint(settings: Settings, pair: Pair) -> str:
     """Why results may not come, from consumer-group membership of the pair's topics."""
     from pipeline.kafka.groups import consumer_groups, serving
 
+    if settings.tenants.client_tenant is not None:
+        # a tenant's user may see no consumer group: what it would list says nothing
+        return (
+            "busy, or no worker reads tenants' ingress topics (ask the operator: workers "
+            "need tenants.identity_from_topic); fetch the results later with "
+            "`babelstream results ID...`"
+        )
     try:
         groups = consumer_groups(settings.kafka, with_lag=False)
     except Exception as exc:  # a hint only: never hide the timeout behind a second error
@@ -242,7 +255,9 @@ def submit(
     requests = build_requests(_texts(texts, file), Pair(src, tgt), options)
     check_sendable(requests, settings.limits)
     require_kafka(settings.kafka)
-    with TranslationClient(settings.kafka, settings.limits) as client:
+    with TranslationClient(
+        settings.kafka, settings.limits, tenant=settings.tenants.client_tenant
+    ) as client:
         for request_id in client.submit(requests):
             click.echo(request_id)
 
@@ -293,7 +308,11 @@ def translate(
     check_sendable(requests, settings.limits)
     require_kafka(settings.kafka)
     with TranslationClient(
-        settings.kafka, settings.limits, replies=settings.replies, reply_topic=reply_topic
+        settings.kafka,
+        settings.limits,
+        replies=settings.replies,
+        reply_topic=reply_topic,
+        tenant=settings.tenants.client_tenant,
     ) as client:
         replies = client.translate(requests, timeout_s=timeout)
     _print_results(
@@ -341,9 +360,10 @@ def results(
 ) -> None:
     """Print the results of requests sent with `submit`, in the order of REQUEST_IDS.
 
-    Reads translate.results from the first record written --since up to
-    the topic's end when the command started, then --wait longer for ids
-    still missing. The first result of an id wins (delivery is at-least-once).
+    Reads translate.results (a tenant's client, tenants.client_tenant: its
+    default reply topic) from the first record written --since up to the
+    topic's end when the command started, then --wait longer for ids still
+    missing. The first result of an id wins (delivery is at-least-once).
     Exits 1 when any request has no result or did not end ok.
     """
     ids = [*request_ids, *(line.strip() for line in (_lines(file, "'--file'") if file else []))]
@@ -351,7 +371,11 @@ def results(
     if not ids:
         raise click.UsageError("give REQUEST_IDS arguments or --file")
     require_kafka(settings.kafka)
-    replies = fetch_results(settings.kafka, ids, since_ms=since, wait_s=wait)
+    tenant = settings.tenants.client_tenant
+    topic = (
+        RESULTS_TOPIC if tenant is None else default_reply_topic(settings.replies.prefix, tenant)
+    )
+    replies = fetch_results(settings.kafka, ids, since_ms=since, wait_s=wait, topic=topic)
     _print_results(
         ids, replies, as_json, lambda rid: f"no result for {rid} written since {utc_iso(since)}"
     )

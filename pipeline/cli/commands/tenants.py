@@ -54,6 +54,7 @@ def add(settings: Settings, tenant: str, gateway_key: bool, as_json: bool) -> No
     # the settings a tenant's client needs, as variables it can source
     click.echo(f"BABELSTREAM_KAFKA__SASL_USERNAME={made.username}")
     click.echo(f"BABELSTREAM_KAFKA__SASL_PASSWORD={shown['sasl_password']}")
+    click.echo(f"BABELSTREAM_TENANTS__CLIENT_TENANT={made.tenant}")
     click.echo(
         f"tenant {tenant}: writes to {shown['ingress_topic']}, reads its replies from "
         f"{settings.replies.prefix}{tenant}.*"

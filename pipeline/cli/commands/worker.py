@@ -119,7 +119,8 @@ def _lock_instance(data_dir: Path, instance_id: str) -> IO[str]:
     "--router-only",
     is_flag=True,
     callback=refuse_router_contradiction,
-    help="Only route translate.requests (consumer group babelstream-router); load no model.",
+    help="Only route translate.requests (consumer group worker.router_group, "
+    "babelstream-router); load no model.",
 )
 @click.option(
     "--loglevel",
@@ -168,7 +169,11 @@ def worker(
     if obs.metrics_port:
         _port(obs.metrics_host, obs.metrics_port, "BABELSTREAM_OBSERVABILITY__METRICS_PORT")
     names = sorted(m.name for m in served)
-    app_id = _group_id(names, every_model=models is None and pairs is None, router_only=router_only)
+    app_id = (
+        w.router_group
+        if router_only
+        else _group_id(names, every_model=models is None and pairs is None)
+    )
     with_router = router or router_only
     instance_id = None
     if w.static_membership:
@@ -283,10 +288,8 @@ def _with_call_size(settings: Settings, plan: ReplicaPlan) -> Settings:
     return settings.model_copy(update={"worker": worker})
 
 
-def _group_id(names: list[str], *, every_model: bool, router_only: bool) -> str:
+def _group_id(names: list[str], *, every_model: bool) -> str:
     """The consumer group: workers serving different model sets are different groups."""
-    if router_only:
-        return "babelstream-router"
     if every_model:
         return "babelstream"
     return "babelstream-" + _group_suffix(names)

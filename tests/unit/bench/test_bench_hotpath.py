@@ -36,9 +36,9 @@ def test_samples_are_shared_by_the_part_of_their_innermost_frame() -> None:
     assert part_of("Py_RunMain") == "native"
 
 
-def test_cpu_per_request_from_the_cores_a_run_kept_busy() -> None:
-    cpu = CpuUse(wall_s=2.0, engine_cores=0.5, loop_cores=0.25, other_cores=1.0, machine_cores=2)
-    run = LoadFigures(
+def saturating_run(cpu: CpuUse, router_cpu: CpuUse | None = None) -> LoadFigures:
+    """1,000 requests answered in 2 s."""
+    return LoadFigures(
         requests=1000,
         results=1000,
         missing=0,
@@ -49,8 +49,23 @@ def test_cpu_per_request_from_the_cores_a_run_kept_busy() -> None:
         p95_ms=80.0,
         p99_ms=90.0,
         cpu=cpu,
+        router_cpu=router_cpu,
     )
-    figures = hotpath_figures(run)
+
+
+def test_cpu_per_request_from_the_cores_a_run_kept_busy() -> None:
+    cpu = CpuUse(wall_s=2.0, engine_cores=0.5, loop_cores=0.25, other_cores=1.0, machine_cores=2)
+    figures = hotpath_figures(saturating_run(cpu))
     assert figures.loop_cpu_ms_per_request == 0.5  # 0.25 cores x 2 s / 1000
     assert figures.worker_cpu_ms_per_request == 1.5  # 0.75 cores x 2 s / 1000
     assert (figures.throughput_rps, figures.p99_ms) == (500.0, 90.0)
+    # the router in the worker's process: its cost is in the worker's figures
+    assert figures.router_cpu_ms_per_request is None
+
+
+def test_a_router_apart_is_counted_on_its_own() -> None:
+    worker = CpuUse(wall_s=2.0, engine_cores=0.2, loop_cores=0.2, other_cores=1.0, machine_cores=2)
+    router = CpuUse(wall_s=2.0, engine_cores=0.1, loop_cores=0.15, other_cores=1.2, machine_cores=2)
+    figures = hotpath_figures(saturating_run(worker, router))
+    assert figures.worker_cpu_ms_per_request == 0.8  # 0.4 cores x 2 s / 1000
+    assert figures.router_cpu_ms_per_request == 0.5  # (0.1 + 0.15) cores x 2 s / 1000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.client import RequestOptions, build_requests, check_sendable
+from pipeline.client import RequestOptions, build_requests, check_own, check_sendable
 from pipeline.contract.pairs import Pair
 from pipeline.errors import EXIT_USAGE, ContractError, LimitExceeded
 from pipeline.settings import LimitSettings
@@ -40,3 +40,22 @@ def test_schema_violations_are_one_line() -> None:
     assert str(caught.value) == "text 2: text: String should have at most 16384 characters"
     with pytest.raises(ContractError, match=r"^text 1: tenant: String should have at most 64"):
         build_requests(["x"], EN_XA, RequestOptions(tenant="t" * 65))
+
+
+def test_a_tenants_client_refuses_what_its_tenant_may_not_send() -> None:
+    prefix = "translate.replies."
+    # its own tenant, no tenant (the ingress gate stamps it), its own reply topics: sent
+    check_own(build_requests(["a"], EN_XA, RequestOptions(tenant="acme")), "acme", prefix)
+    check_own(build_requests(["a"], EN_XA), "acme", prefix)
+    mine = RequestOptions(reply_to="translate.replies.acme.results")
+    check_own(build_requests(["a"], EN_XA, mine), "acme", prefix)
+    with pytest.raises(ContractError) as other_tenant:
+        check_own(build_requests(["a"], EN_XA, RequestOptions(tenant="globex")), "acme", prefix)
+    assert str(other_tenant.value) == (
+        "text 1: names tenant 'globex', but this client is tenant 'acme''s; nothing was sent"
+    )
+    # a prefix of another tenant's name is not one's own: acme-x is not acme
+    for topic in ("translate.replies.globex.results", "translate.replies.acme-x.results"):
+        theirs = RequestOptions(reply_to=topic)
+        with pytest.raises(ContractError, match="is not tenant 'acme''s"):
+            check_own(build_requests(["a", "b"], EN_XA, theirs), "acme", prefix)
