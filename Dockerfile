@@ -6,8 +6,8 @@
 FROM python:3.11-slim-bookworm
 ARG EXTRAS=
 
-# Java for Spark (pyspark 4.x needs 17+); Maven fetches the Kafka connector
-# jars at build time, as `babelstream up` does locally.
+# Java for Spark (pyspark 4.x needs 17+); Maven fetches the Spark jobs' Kafka
+# connector jars at build time into kafka.spark_jars_dir (nothing is fetched at run time).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
     && rm -rf /var/lib/apt/lists/*
@@ -23,11 +23,10 @@ COPY models models
 # Editable, so the registry (models/registry.toml) and poms resolve under /app.
 RUN pip install --no-cache-dir -e ".${EXTRAS:+[$EXTRAS]}"
 
-ENV BABELSTREAM_STACK__HOME=/var/babelstream \
+ENV BABELSTREAM_KAFKA__SPARK_JARS_DIR=/opt/babelstream/spark-jars \
     BABELSTREAM_WORKER__DATA_DIR=/var/babelstream/faust \
     PYTHONUNBUFFERED=1
-RUN python -c "from pipeline.settings import load_settings; \
-from pipeline.stack.jars import spark_kafka_jars; spark_kafka_jars(load_settings(), print)"
+RUN python -m pipeline.spark_connector /opt/babelstream/spark-jars
 
 EXPOSE 9464 8050
 ENTRYPOINT ["babelstream"]

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 from pipeline.settings import Settings
-from pipeline.stack.jars import spark_kafka_jars
+from pipeline.spark_connector import connector_jars
 
 log = logging.getLogger(__name__)
 
@@ -24,11 +24,11 @@ def spark_session(
     shuffle_partitions: int,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
-    """A session on ``master`` with the Kafka connector jars Maven fetched; ``conf`` adds
+    """A session on ``master`` with the Kafka connector's jars; ``conf`` adds
     (or overrides) Spark settings of one job."""
     # Python workers must import pyarrow and this package: use the driver's interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    jars = spark_kafka_jars(settings, log.info)
+    jars = connector_jars(settings.kafka, log.info)
     options = {
         "spark.jars": ",".join(str(jar) for jar in jars),
         "spark.driver.memory": driver_memory,

@@ -125,6 +125,10 @@ class KafkaSettings(_Section):
     # micro-batch of a job that keeps up) otherwise waits the consumer's
     # 500 ms default (docs: concepts/sla.md)
     spark_fetch_max_wait_ms: int = Field(10, ge=0)
+    # the folder of the Spark jobs' Kafka connector jars, filled when an image is built
+    # (python -m pipeline.spark_connector DIR); None: fetched by Maven at first use into
+    # var/jars/ (a development checkout)
+    spark_jars_dir: Path | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSettings:

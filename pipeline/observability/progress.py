@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 from tqdm import tqdm
+
+Reporter = Callable[[str], None]
+"""Receives one line of progress at a time (``click.echo``, ``print``, ``list.append``)."""
+
+
+def quiet(_: str) -> None:
+    """A reporter that stays silent."""
+
 
 # seconds between two progress lines off a terminal
 LINE_INTERVAL_S = 5.0

@@ -11,12 +11,13 @@ from pathlib import Path
 
 from pipeline.errors import StackError
 from pipeline.kafka.clients import kafka_logs_silenced, kafka_python_options
+from pipeline.observability.progress import Reporter
 from pipeline.settings import KafkaSettings, Settings
 from pipeline.stack.jars import kafka_jars
 from pipeline.stack.layout import HOST, NodePorts, node_name, node_ports
 from pipeline.stack.procs import cmdline
 from pipeline.stack.secure import ServiceSecrets, service_secrets
-from pipeline.stack.service import Probe, Reporter, Service
+from pipeline.stack.service import Probe, Service
 from pipeline.stack.tls import CLIENT_NAME, SERVER_NAMES
 
 SCRAM_MECHANISM = "SCRAM-SHA-512"

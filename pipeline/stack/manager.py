@@ -11,6 +11,7 @@ from pipeline.engine.registry import registry_models
 from pipeline.errors import StackError, StackSettingsError
 from pipeline.kafka.roles import ensure_roles, role_user
 from pipeline.kafka.topics import ensure_topics, topic_specs
+from pipeline.observability.progress import Reporter, quiet
 from pipeline.settings import Settings
 from pipeline.stack import layout
 from pipeline.stack.kafka import KafkaService
@@ -25,7 +26,7 @@ from pipeline.stack.procs import (
 )
 from pipeline.stack.redis_server import RedisService
 from pipeline.stack.secure import ensure_secure_material, load_secrets
-from pipeline.stack.service import Probe, Reporter, Service, quiet
+from pipeline.stack.service import Probe, Service
 from pipeline.stack.spark import spark_services
 
 _POLL_S = 0.5

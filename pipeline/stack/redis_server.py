@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 
 from pipeline.errors import StackError
+from pipeline.observability.progress import Reporter
 from pipeline.settings import RedisSettings, Settings
 from pipeline.stack.secure import ServiceSecrets, service_secrets
-from pipeline.stack.service import Probe, Reporter, Service
+from pipeline.stack.service import Probe, Service
 from pipeline.storage.redis_client import redis_options
 
 HOST = "127.0.0.1"

@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.observability.progress import Reporter
 from pipeline.settings import Settings
 from pipeline.stack.procs import PidFile
-
-Reporter = Callable[[str], None]
-"""Receives one line of progress at a time (``click.echo``, ``print``, ``list.append``)."""
-
-
-def quiet(_: str) -> None:
-    """A reporter that stays silent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import StackError
+from pipeline.observability.progress import Reporter
 from pipeline.settings import Settings, SparkClusterSettings
-from pipeline.stack.service import Probe, Reporter, Service
+from pipeline.stack.service import Probe, Service
 
 _HTTP_TIMEOUT_S = 2.0
 

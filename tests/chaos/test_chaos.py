@@ -27,7 +27,7 @@ from pipeline.drill.context import DrillContext
 from pipeline.drill.network import cut_unavailable
 from pipeline.drill.scenarios import SCENARIOS, DrillReport, append_report, run_scenario
 from pipeline.settings import Settings, load_settings
-from pipeline.stack.jars import spark_kafka_jars
+from pipeline.spark_connector import connector_jars
 from tests.integration.stacks import running_stack
 
 # a scenario's own bounds fail it first, with the step's name; this is the backstop
@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]
 @pytest.fixture(scope="module")
 def drill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DrillContext]:
     shared = load_settings()
-    spark_kafka_jars(shared)  # fetched once, before any scenario's clock runs
+    connector_jars(shared.kafka)  # fetched once, before any scenario's clock runs
     with running_stack(tmp_path_factory.mktemp("chaos"), brokers=3, secure=False) as stack:
         settings: Settings = stack.model_copy(update={"drill": shared.drill})
         ctx = DrillContext.open(

@@ -67,12 +67,12 @@ def new_topic(stack: Endpoints, request: pytest.FixtureRequest) -> Iterator[Call
 
 @pytest.fixture(scope="session")
 def spark(stack: Endpoints) -> Iterator[SparkSession]:
-    """A small local Spark session with the Kafka connector jars Maven fetched."""
+    """A small local Spark session with the jobs' Kafka connector jars."""
     from pyspark.sql import SparkSession
 
-    from pipeline.stack.jars import spark_kafka_jars
+    from pipeline.spark_connector import connector_jars
 
-    jars = spark_kafka_jars(stack.settings, _report)
+    jars = connector_jars(stack.settings.kafka, _report)
     session = (
         SparkSession.builder.master("local[1]")
         .appName("babelstream-tests")

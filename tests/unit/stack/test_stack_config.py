@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.engine.registry import registry_models
 from pipeline.kafka.topics import topic_specs
+from pipeline.maven import artifact_id
 from pipeline.settings import (
     EngineSettings,
     KafkaSettings,
@@ -16,7 +17,6 @@ from pipeline.settings import (
     Settings,
     StackSettings,
 )
-from pipeline.stack.jars import artifact_id
 from pipeline.stack.kafka import cluster_id, render_server_properties
 from pipeline.stack.layout import node_ports
 from pipeline.stack.redis_server import render_redis_conf

@@ -1,4 +1,5 @@
-"""Jar fetches of one folder take turns: the nodes of a cluster are prepared in parallel."""
+"""JVM jars: fetches of one folder take turns (the nodes of a cluster are prepared in
+parallel), and a deployment's Spark connector jars are the folder it names."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stack.jars import fetch
+from pipeline.errors import ConfigError
+from pipeline.maven import fetch
+from pipeline.settings import KafkaSettings
+from pipeline.spark_connector import connector_jars
 
 # A stand-in for Maven: counts its runs, and needs a second to fill the folder, so a
 # second run started meanwhile would wipe the folder under the first.
@@ -43,3 +47,17 @@ def test_parallel_fetches_of_one_folder_run_maven_once(
 
     assert fetched == [[dest / "kafka_2.13-3.9.1.jar"]] * 3
     assert runs.read_text().splitlines() == ["run"]
+
+
+def test_a_deployments_connector_jars_are_the_folder_it_gives(tmp_path: Path) -> None:
+    # an image fills kafka.spark_jars_dir when it is built: nothing is fetched at run time
+    folder = tmp_path / "spark-jars"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match="holds no jars: fill it when the image is built"):
+        connector_jars(KafkaSettings(spark_jars_dir=folder))
+    for name in ("spark-sql-kafka-0-10_2.13-4.1.1.jar", "kafka-clients-3.9.1.jar", "notes.txt"):
+        (folder / name).touch()
+    assert connector_jars(KafkaSettings(spark_jars_dir=folder)) == [
+        folder / "kafka-clients-3.9.1.jar",
+        folder / "spark-sql-kafka-0-10_2.13-4.1.1.jar",
+    ]
