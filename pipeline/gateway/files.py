@@ -23,6 +23,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -146,6 +147,19 @@ def expired_jobs(files_dir: Path, ttl_s: float, now: float) -> list[Path]:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Upload:
+    """An uploaded file as checked: its name and suffix, bytes and text (a subtitle file's
+    cues too), and the pair it is translated by (source and target alike: as it is)."""
+
+    filename: str
+    suffix: str
+    data: bytes
+    text: str
+    cues: list[srt.Subtitle] | None
+    pair: Pair
+
+
 class FileJobs:
     """Runs file translations and serves their results."""
 
@@ -165,7 +179,45 @@ class FileJobs:
     ) -> tuple[int, dict[str, Any]]:
         """Translate an uploaded file: 200 with the translation's URL, or for an upload over
         ``gateway.sync_file_bytes`` 202 with the job to poll."""
-        gateway, languages = self._gateway, self._gateway.languages
+        checked = await self._checked(upload, fields)
+        self._admit(tenant)
+        job_id = f"{FILE_JOB_PREFIX}{uuid.uuid4().hex}"
+        name = safe_name(checked.filename)
+        job_dir = self._dir / job_id
+        job_dir.mkdir(parents=True, exist_ok=True)
+        _write_status(job_dir, {"tenant": tenant, "state": "running"})
+        source_file = job_dir / f"source{checked.suffix}"
+        source_file.write_bytes(checked.data)
+        translate = None
+        if checked.pair.source != checked.pair.target:
+            spec = JobSpec(
+                job_id=job_id,
+                pair=checked.pair,
+                output=job_dir / "translated.parquet",
+                inputs=(str(source_file),),
+                fmt="text",
+                tenant=tenant,
+                text_format=SUFFIXES[checked.suffix],
+                reply_topic=self._gateway.link.reply_topic,
+            )
+            translate = self._translation(spec, job_dir, checked.cues)
+        base = base_url.rstrip("/")
+        url = f"{base}/download_file/{job_id}.{name}"
+        work = self._finish(job_dir, tenant, translate, checked.text, name, url)
+        if len(checked.data) <= self._settings.gateway.sync_file_bytes:
+            return 200, {"translatedFileUrl": await work}
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._job_ended)
+        return 202, {
+            "jobId": job_id,
+            "status": "running",
+            "statusUrl": f"{base}/translate_file/{job_id}",
+        }
+
+    async def _checked(self, upload: Any, fields: dict[str, Any]) -> _Upload:
+        """The upload and its languages, or the 400 or 413 that says what is wrong."""
+        languages = self._gateway.languages
         if not isinstance(upload, UploadFile):
             raise missing("file")
         source_code, target_code = fields.get("source"), fields.get("target")
@@ -198,59 +250,31 @@ class FileJobs:
         if source is None:
             among = [*languages.sources_for(target), target]
             sample = text if cues is None else "\n".join(cue.content for cue in cues)
-            source = gateway.detect([sample[:2000]], among)[0].language or target
+            source = self._gateway.detect([sample[:2000]], among)[0].language or target
         if source != target and not languages.serves(source, target):
             raise ApiError(
                 400,
                 f"{display_name(target)} ({target}) is not available as a target language "
                 f"from {display_name(source)} ({source})",
             )
-        if not gateway.link.available:
+        return _Upload(filename, suffix, data, text, cues, Pair(source, target))
+
+    def _admit(self, tenant: str) -> None:
+        """503 while Kafka is not reachable, 429 for a tenant running its most file jobs."""
+        limits = self._settings.gateway
+        link = self._gateway.link
+        if not link.available:
             raise ApiError(
                 503,
-                gateway.link.problem or "Kafka is not reachable",
-                headers={"Retry-After": str(self._settings.gateway.retry_after_s)},
+                link.problem or "Kafka is not reachable",
+                headers={"Retry-After": str(limits.retry_after_s)},
             )
-        limits = self._settings.gateway
         if self.running(tenant) >= limits.max_file_jobs:
             raise ApiError(
                 429,
                 f"Slowdown: at most {limits.max_file_jobs} file jobs of a tenant at once",
                 headers={"Retry-After": str(limits.retry_after_s)},
             )
-        job_id = f"{FILE_JOB_PREFIX}{uuid.uuid4().hex}"
-        name = safe_name(filename)
-        job_dir = self._dir / job_id
-        job_dir.mkdir(parents=True, exist_ok=True)
-        _write_status(job_dir, {"tenant": tenant, "state": "running"})
-        source_file = job_dir / f"source{suffix}"
-        source_file.write_bytes(data)
-        translate = None
-        if source != target:
-            spec = JobSpec(
-                job_id=job_id,
-                pair=Pair(source, target),
-                output=job_dir / "translated.parquet",
-                inputs=(str(source_file),),
-                fmt="text",
-                tenant=tenant,
-                text_format=SUFFIXES[suffix],
-                reply_topic=gateway.link.reply_topic,
-            )
-            translate = self._translation(spec, job_dir, cues)
-        base = base_url.rstrip("/")
-        url = f"{base}/download_file/{job_id}.{name}"
-        work = self._finish(job_dir, tenant, translate, text, name, url)
-        if len(data) <= limits.sync_file_bytes:
-            return 200, {"translatedFileUrl": await work}
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._job_ended)
-        return 202, {
-            "jobId": job_id,
-            "status": "running",
-            "statusUrl": f"{base}/translate_file/{job_id}",
-        }
 
     def _translation(
         self, spec: JobSpec, job_dir: Path, cues: list[srt.Subtitle] | None

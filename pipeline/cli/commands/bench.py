@@ -299,14 +299,10 @@ def compare(
     Prints e2e/engine (against the mean of the two ceilings), e2e/naive, and
     how far the machine's speed moved between the two ceilings.
     """
+    from pipeline.bench.compare import run_compare
     from pipeline.bench.e2e import measure_e2e, measure_naive
     from pipeline.bench.engine import measure_ceiling
-    from pipeline.bench.report import (
-        bracketed_core_rate,
-        bracketed_rate,
-        engine_core_rate,
-        ratio,
-    )
+    from pipeline.bench.report import EngineFigures, LoadFigures
     from pipeline.bench.target import bench_worker, refuse_if_served
     from pipeline.bench.workload import make_texts
     from pipeline.engine.batching import TokenBudgetBatcher
@@ -324,29 +320,19 @@ def compare(
     texts = make_texts(n, repeat_ratio)
     distinct = list(dict.fromkeys(texts))
     batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget, cost=translator.cost_model(pair))
-    ceiling = measure_ceiling(translator, pair, distinct, batcher)
-    del translator  # its threads idle, but its memory is the worker's to use now
-    with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
-        pipeline_run = measure_e2e(ctx.settings, ctx.target, worker, texts)
-    # The ceiling again once e2e is over: a shared machine's speed drifts by more than
-    # the gap e2e/engine measures (seen: 10 % within minutes), so e2e is held against
-    # the engine's mean time over the two, measured before and after it (A-B-A).
-    translator = ctx.translator()
-    ceiling_after = measure_ceiling(translator, pair, distinct, batcher)
-    del translator
-    baseline = measure_naive(ctx.settings, ctx.target, texts[:n_naive])
-    ratios = {
-        "e2e_over_engine": ratio(
-            pipeline_run.throughput_rps, bracketed_rate(ceiling, ceiling_after)
-        ),
-        "e2e_over_naive": ratio(pipeline_run.throughput_rps, baseline.throughput_rps),
-        "engine_after_over_before": ratio(ceiling_after.sentences_per_s, ceiling.sentences_per_s),
-        # the same, per core the engine kept busy: what is left of e2e/engine once the
-        # CPU that the broker, the load client and the worker's loop took is set aside
-        "e2e_over_engine_per_engine_core": ratio(
-            engine_core_rate(pipeline_run), bracketed_core_rate(ceiling, ceiling_after)
-        ),
-    }
+    del translator  # each ceiling loads its own; between them the memory is the worker's
+
+    def ceiling() -> EngineFigures:
+        return measure_ceiling(ctx.translator(), pair, distinct, batcher)
+
+    def e2e() -> LoadFigures:
+        with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
+            return measure_e2e(ctx.settings, ctx.target, worker, texts)
+
+    runs = run_compare(
+        ceiling, e2e, lambda: measure_naive(ctx.settings, ctx.target, texts[:n_naive])
+    )
+    ratios = runs.ratios()
     notes = []
     if repeat_ratio:
         notes.append(
@@ -355,7 +341,12 @@ def compare(
         )
     report = ctx.report(
         "compare",
-        {"engine": ceiling, "e2e": pipeline_run, "engine_after": ceiling_after, "naive": baseline},
+        {
+            "engine": runs.engine,
+            "e2e": runs.e2e,
+            "engine_after": runs.engine_after,
+            "naive": runs.naive,
+        },
         ratios=ratios,
         notes=notes,
     )
