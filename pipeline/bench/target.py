@@ -137,11 +137,11 @@ def bench_worker(
 
 
 @contextmanager
-def bench_router(settings: Settings, log_name: str) -> Iterator[WorkerProcess]:
-    """A router of its own (``worker --router-only``) for a bench, in a consumer group of
-    its own that starts at the end of the ingress topic, so neither the deployment's
-    router group nor requests left on the topic by others come into the measurement.
-    The group is deleted after it."""
+def bench_router(settings: Settings, target: BenchTarget, log_name: str) -> Iterator[WorkerProcess]:
+    """A router of its own (``worker --router-only``) for a bench, routing by the target's
+    registry, in a consumer group of its own that starts at the end of the ingress topic,
+    so neither the deployment's router group nor requests left on the topic by others
+    come into the measurement. The group is deleted after it."""
     group = f"{settings.worker.router_group}-bench-{uuid.uuid4().hex[:8]}"
     ensure_named(settings, REQUESTS_TOPIC)
     start_group_at_end(settings.kafka, group, REQUESTS_TOPIC)
@@ -149,6 +149,7 @@ def bench_router(settings: Settings, log_name: str) -> Iterator[WorkerProcess]:
         settings,
         log_path=settings.stack.home / "log" / log_name,
         env={
+            **target.env(),  # the registry that names the model serving the target's pair
             "BABELSTREAM_WORKER__ROUTER_GROUP": group,
             "BABELSTREAM_WORKER__STATIC_MEMBERSHIP": "false",
         },

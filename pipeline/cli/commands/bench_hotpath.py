@@ -110,7 +110,7 @@ def _measure(
             )
         )
         router = (
-            stack.enter_context(bench_router(ctx.settings, "bench-router-hotpath.log"))
+            stack.enter_context(bench_router(ctx.settings, ctx.target, "bench-router-hotpath.log"))
             if apart
             else None
         )
