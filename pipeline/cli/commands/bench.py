@@ -320,10 +320,17 @@ def compare(
     texts = make_texts(n, repeat_ratio)
     distinct = list(dict.fromkeys(texts))
     batcher = TokenBudgetBatcher(ctx.settings.worker.token_budget, cost=translator.cost_model(pair))
-    del translator  # each ceiling loads its own; between them the memory is the worker's
+    # the first ceiling on this translator, the second on one loaded after e2e; none is
+    # held while e2e runs (its memory and threads are the worker's then)
+    unused = [translator]
+    del translator
 
     def ceiling() -> EngineFigures:
-        return measure_ceiling(ctx.translator(), pair, distinct, batcher)
+        engine = unused.pop() if unused else ctx.translator()
+        try:
+            return measure_ceiling(engine, pair, distinct, batcher)
+        finally:
+            del engine
 
     def e2e() -> LoadFigures:
         with bench_worker(ctx.settings, ctx.target, "bench-worker.log") as worker:
